@@ -1,0 +1,58 @@
+"""``overlapscope analyze PATH...``: exposed communication per rank and per step."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .api import analyze
+from .report import table
+
+RANK_COLUMNS = [
+    ("rank", "rank"), ("steps", "steps"), ("step_ms", "step_ms(median)"), ("compute_ms", "compute_ms"),
+    ("comm_ms", "comm_ms"), ("exposed_comm_ms", "exposed_ms"), ("overlap_pct", "overlap_%"),
+    ("idle_ms", "idle_ms"), ("hta_overlap_pct", "hta_overlap_%"),
+]
+STEP_COLUMNS = [
+    ("rank", "rank"), ("step", "step"), ("step_ms", "step_ms"), ("compute_ms", "compute_ms"),
+    ("comm_ms", "comm_ms"), ("exposed_comm_ms", "exposed_ms"), ("overlap_pct", "overlap_%"),
+    ("idle_ms", "idle_ms"),
+]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("analyze", help="compute, comm, exposed comm and overlap per rank and step",
+                       description="Exposed communication per rank and per step of per-rank Kineto traces.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files, directories of per-rank files, or .zip")
+    p.add_argument("--json", action="store_true", help="print JSON (run, ranks, steps)")
+    p.add_argument("--workers", type=int, default=None, help="parallel decode processes (default: CPUs)")
+    p.set_defaults(func=run)
+
+
+def _print_text(result: dict) -> None:
+    run = result["run"]
+    print(f"run: {run['name']}")
+    print(f"world size {run['world_size']}, backend {run['backend'] or '?'}, "
+          f"devices {', '.join(run['devices']) or '?'}, ranks loaded {len(run['ranks_loaded'])}")
+    print()
+    print("per rank (all profiled events; step_ms is the median step)")
+    print(table(result["ranks"], RANK_COLUMNS))
+    if result["steps"]:
+        print()
+        print("per step")
+        print(table(result["steps"], STEP_COLUMNS))
+    worst = max(result["ranks"], key=lambda r: r["exposed_comm_ms"] or 0, default=None)
+    if worst and worst["comm_ms"]:
+        print()
+        print(f"most exposed: rank {worst['rank']}, {worst['exposed_comm_ms']:.2f} ms of "
+              f"{worst['comm_ms']:.2f} ms comm not hidden by compute ({worst['overlap_pct']:.1f}% overlap)")
+
+
+def run(args) -> int:
+    result = analyze(args.paths, workers=args.workers)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        _print_text(result)
+    return 0

@@ -1,0 +1,111 @@
+"""Build Arrow columns from Python lists and NumPy arrays without ``pa.array``.
+
+``pa.array`` on Python objects imports pandas on first use (0.2 s, measured),
+more than decoding a whole trace takes; these helpers assemble arrays from
+buffers instead. Strings are interned: a column is a dictionary array of small
+integer codes over the distinct values, as Perfetto interns its strings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+NULL_I64 = np.iinfo(np.int64).min  # sentinel for "no value" in int64 NumPy columns
+
+
+def _validity(mask: np.ndarray) -> pa.Buffer | None:
+    if mask.all():
+        return None
+    return pa.py_buffer(np.packbits(mask, bitorder="little"))
+
+
+def int64(values: np.ndarray) -> pa.Array:
+    """int64 Arrow array; ``NULL_I64`` entries become nulls."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    valid = values != NULL_I64
+    return pa.Array.from_buffers(pa.int64(), len(values), [_validity(valid), pa.py_buffer(values)])
+
+
+def float64(values: np.ndarray) -> pa.Array:
+    """float64 Arrow array; NaN entries become nulls."""
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    valid = ~np.isnan(values)
+    return pa.Array.from_buffers(pa.float64(), len(values), [_validity(valid), pa.py_buffer(values)])
+
+
+def int32(values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values, dtype=np.int32)
+    return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
+
+
+def boolean(values: np.ndarray) -> pa.Array:
+    bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+
+
+def strings(values: list[str | None]) -> pa.Array:
+    """A plain UTF-8 string array (None → null)."""
+    encoded = [b"" if v is None else str(v).encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    return pa.Array.from_buffers(
+        pa.string(), len(values), [_validity(valid), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    )
+
+
+def raw_json(raws: list) -> pa.Array:
+    """A string array from raw JSON byte chunks (``msgspec.Raw``); ``{}`` or empty → null."""
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    offsets = np.zeros(len(raws) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.large_string(), len(raws),
+        [_validity(lengths > 2), pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))],
+    )
+
+
+def intern(values: list) -> tuple[np.ndarray, list]:
+    """Codes (int32) of each value and the list of distinct values, in first-seen order."""
+    distinct = list(dict.fromkeys(values))  # C-speed dedup keeps first-seen order
+    index = {v: i for i, v in enumerate(distinct)}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+    return codes, distinct
+
+
+def dictionary(codes: np.ndarray, values: list[str | None]) -> pa.Array:
+    """Dictionary-encoded string column: ``values[codes[i]]``; negative codes → null."""
+    codes = np.ascontiguousarray(codes, dtype=np.int32)
+    valid = codes >= 0
+    indices = pa.Array.from_buffers(pa.int32(), len(codes), [_validity(valid), pa.py_buffer(codes)])
+    return pa.DictionaryArray.from_arrays(indices, strings(values))
+
+
+def optional_ints(values: list) -> np.ndarray:
+    """int64 NumPy array from ints (``NULL_I64`` or None for missing) or numeric strings."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # None or strings among the ints: slow path
+        return np.array([_to_int(v) for v in values], dtype=np.int64)
+
+
+def _to_int(v) -> int:
+    if v is None:
+        return NULL_I64
+    if isinstance(v, int):
+        return v
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return NULL_I64
+
+
+def optional_strs(values: list) -> tuple[np.ndarray, list]:
+    """Interned codes for optional strings (None → -1)."""
+    table: dict = {}
+    codes = np.fromiter(
+        (-1 if v is None else table.setdefault(str(v), len(table)) for v in values),
+        dtype=np.int32, count=len(values),
+    )
+    return codes, list(table)

@@ -1,0 +1,112 @@
+-- overlapscope storage: plain tables, int64 nanosecond times, one catalog holds
+-- many runs. Raw events are kept, everything else is derived by the named SQL
+-- analyses next to this file. Every table and column is documented here.
+
+-- A set of per-rank traces loaded together (one training run).
+CREATE TABLE IF NOT EXISTS runs (
+    run_id       INTEGER PRIMARY KEY,  -- catalog-wide id
+    name         VARCHAR NOT NULL,     -- user-given name, or the input path
+    created_at   TIMESTAMP,            -- when the run was loaded
+    source       VARCHAR,              -- the input paths, space separated
+    world_size   INTEGER,              -- ranks in the job (distributedInfo), may exceed the ranks loaded
+    backend      VARCHAR,              -- nccl, gloo, ... (distributedInfo)
+    device_kind  VARCHAR,              -- 'gpu' when any rank has GPU kernels, else 'cpu'
+    manifest     JSON,                 -- the tracer's manifest.json, NULL for foreign traces
+    tags         JSON                  -- user tags {key: value}
+);
+
+-- One row per loaded rank (one trace file).
+CREATE TABLE IF NOT EXISTS ranks (
+    run_id              INTEGER NOT NULL,
+    rank                INTEGER NOT NULL,  -- global rank
+    file                VARCHAR,           -- the trace file (archive:member for zips)
+    rank_source         VARCHAR,           -- 'distributedInfo' or 'file name'
+    world_size          INTEGER,           -- as this file states it
+    backend             VARCHAR,
+    nccl_version        VARCHAR,
+    device_kind         VARCHAR,           -- 'gpu' or 'cpu' (this file)
+    device_names        VARCHAR[],         -- deviceProperties names
+    device_memory_bytes BIGINT,            -- largest deviceProperties totalGlobalMem
+    hostname            VARCHAR,
+    base_time_ns        BIGINT,            -- baseTimeNanoseconds (epoch offset of the trace clock)
+    clock_offset_ns     BIGINT DEFAULT 0,  -- added to ts_ns to align ranks (0 = trust the trace)
+    pg_config           JSON,              -- distributedInfo.pg_config (process groups and members)
+    events              BIGINT,            -- traceEvents entries in the file
+    PRIMARY KEY (run_id, rank)
+);
+
+-- Timelines: a CPU thread, a GPU stream, or a backend's comm thread.
+CREATE TABLE IF NOT EXISTS tracks (
+    run_id    INTEGER NOT NULL,
+    rank      INTEGER NOT NULL,
+    track_id  INTEGER NOT NULL,  -- per-rank id, referenced by events.track_id
+    pid       VARCHAR,           -- Kineto pid (the GPU index for GPU streams)
+    tid       VARCHAR,           -- Kineto tid (the stream id for GPU streams)
+    kind      VARCHAR,           -- 'cpu_thread', 'gpu_stream', 'comm_thread' (gloo runloop), 'other'
+    name      VARCHAR            -- thread_name metadata, or 'stream N'
+);
+
+-- Every complete (ph X) and instant (ph i) event of every rank.
+CREATE TABLE IF NOT EXISTS events (
+    run_id        INTEGER NOT NULL,
+    rank          INTEGER NOT NULL,
+    event_id      BIGINT NOT NULL,  -- per-rank id, in file order
+    track_id      INTEGER,          -- tracks.track_id
+    ts_ns         BIGINT,           -- start, ns on the trace clock
+    dur_ns        BIGINT,           -- duration, ns (0 for instants)
+    name          VARCHAR,
+    cat           VARCHAR,          -- Kineto category: kernel, cpu_op, cuda_runtime, ...
+    kind          VARCHAR,          -- classification (analyzer/classify.py): compute, comm, memcpy,
+                                    -- memset, sync, gpu_annotation, step, comm_launch, runtime,
+                                    -- cpu_op, annotation, python, memory, other
+    step          BIGINT,           -- ProfilerStep number: by time for CPU events, by the
+                                    -- launching CPU call for device events; NULL outside steps
+    correlation   BIGINT,           -- CUPTI correlation id (kernels and runtime launches)
+    external_id   BIGINT,           -- 'External id': links device work to the CPU op
+    stream        BIGINT,           -- GPU stream of device events
+    device        BIGINT,           -- GPU index of device events
+    launch_ts_ns  BIGINT,           -- device events: start of the runtime call that launched them
+    flops         DOUBLE,           -- profiler FLOP estimate of the op (with_flops=True)
+    args          JSON              -- all Kineto args as written (NULL when not kept)
+);
+
+-- Collective calls and transfers: comm kernels/spans and their CPU launches.
+CREATE TABLE IF NOT EXISTS collectives (
+    run_id      INTEGER NOT NULL,
+    rank        INTEGER NOT NULL,
+    event_id    BIGINT NOT NULL,  -- events.event_id (kind comm or comm_launch)
+    collective  VARCHAR,          -- 'Collective name' (allreduce, _allgather_base, ...) or from the span name
+    in_elems    BIGINT,           -- 'In msg nelems'
+    out_elems   BIGINT,           -- 'Out msg nelems'
+    elements    BIGINT,           -- full buffer elements: max(in, out), or from 'Input Dims'
+    dtype       VARCHAR,          -- element type as written (Float, BFloat16, float, ...)
+    bytes       BIGINT,           -- elements x dtype size (NULL when the dtype is unknown)
+    group_size  BIGINT,           -- 'Group size'
+    pg_name     VARCHAR,          -- 'Process Group Name'
+    pg_desc     VARCHAR,          -- 'Process Group Description'
+    pg_ranks    VARCHAR           -- 'Process Group Ranks' as written
+);
+
+-- Flow events (ph s/f/t): CPU->GPU launches (ac2g) and forward->backward links (fwdbwd).
+CREATE TABLE IF NOT EXISTS flows (
+    run_id    INTEGER NOT NULL,
+    rank      INTEGER NOT NULL,
+    flow_id   BIGINT,
+    cat       VARCHAR,  -- ac2g, fwdbwd, ...
+    ph        VARCHAR,  -- s (start), t (step), f (finish)
+    ts_ns     BIGINT,
+    track_id  BIGINT
+);
+
+-- Allocator events (profile_memory=True): one row per allocation or free.
+CREATE TABLE IF NOT EXISTS memory (
+    run_id                 INTEGER NOT NULL,
+    rank                   INTEGER NOT NULL,
+    ts_ns                  BIGINT,
+    track_id               INTEGER,
+    device_type            BIGINT,  -- 0 CPU, 1 CUDA (c10 DeviceType)
+    device_id              BIGINT,
+    bytes                  BIGINT,  -- + allocation, - free
+    total_allocated_bytes  BIGINT,  -- allocator's allocated bytes after the event
+    total_reserved_bytes   BIGINT   -- allocator's reserved bytes after the event
+);

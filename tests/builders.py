@@ -1,0 +1,119 @@
+"""Build small Kineto traces by hand, for tests with known answers.
+
+Times are given in microseconds relative to ``BASE_US`` (a realistic absolute
+clock value, so nanosecond precision is exercised). Device events launched in a
+step get a ``cudaLaunchKernel`` inside that step's ProfilerStep range, linked by
+correlation id, the way Kineto writes them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+
+BASE_US = 1_669_783_687_384_669.0  # a real trace's clock (us); 1.6e15 needs int ns to stay exact
+NCCL_ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
+
+
+@dataclass
+class GpuTrace:
+    """A GPU trace: ProfilerStep ranges on the CPU, kernels on streams."""
+
+    rank: int = 0
+    world_size: int = 2
+    events: list = field(default_factory=list)
+    _corr: int = 1000
+    _steps: dict = field(default_factory=dict)
+
+    def step(self, number: int, start_us: float, dur_us: float) -> "GpuTrace":
+        self._steps[number] = (start_us, dur_us)
+        self.events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}",
+                            "pid": 100, "tid": 100, "ts": BASE_US + start_us, "dur": dur_us,
+                            "args": {"External id": number}})
+        return self
+
+    def kernel(self, start_us: float, dur_us: float, stream: int = 7, step: int | None = None,
+               name: str = GEMM, cat: str = "kernel", args: dict | None = None) -> "GpuTrace":
+        self._corr += 1
+        kargs = {"device": 0, "stream": stream, "correlation": self._corr, "External id": self._corr}
+        kargs.update(args or {})
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream,
+                            "ts": BASE_US + start_us, "dur": dur_us, "args": kargs})
+        if step is not None:
+            s0, sdur = self._steps[step]
+            launch = s0 + min(1.0, sdur / 4)  # launched just after the step begins
+            self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                                "pid": 100, "tid": 100, "ts": BASE_US + launch, "dur": 0.5,
+                                "args": {"correlation": self._corr, "External id": self._corr}})
+        return self
+
+    def comm(self, start_us: float, dur_us: float, stream: int = 20, step: int | None = None,
+             nelems: int = 1 << 20, dtype: str = "Float", collective: str = "allreduce") -> "GpuTrace":
+        return self.kernel(start_us, dur_us, stream, step, name=NCCL_ALLREDUCE,
+                           args={"Collective name": collective, "In msg nelems": nelems,
+                                 "Out msg nelems": nelems, "dtype": dtype, "Group size": self.world_size,
+                                 "Process Group Name": "0", "Process Group Ranks": "[0, 1]"})
+
+    def to_json(self) -> dict:
+        return {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_000_000_000}],
+            "distributedInfo": {"backend": "nccl", "rank": self.rank, "world_size": self.world_size},
+            "traceEvents": self.events + [
+                {"ph": "M", "name": "thread_name", "pid": 100, "tid": 100, "args": {"name": "python"}},
+            ],
+            "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        }
+
+
+@dataclass
+class CpuTrace:
+    """A CPU-only gloo trace: aten ops on the training thread, gloo spans on a runloop thread."""
+
+    rank: int = 0
+    world_size: int = 2
+    events: list = field(default_factory=list)
+
+    def step(self, number: int, start_us: float, dur_us: float) -> "CpuTrace":
+        self.events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}",
+                            "pid": 7, "tid": 7, "ts": BASE_US + start_us, "dur": dur_us, "args": {}})
+        return self
+
+    def op(self, start_us: float, dur_us: float, name: str = "aten::mm", tid: int = 7) -> "CpuTrace":
+        self.events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 7, "tid": tid,
+                            "ts": BASE_US + start_us, "dur": dur_us,
+                            "args": {"Input Dims": [[64, 256], [256, 256]]}})
+        return self
+
+    def gloo(self, start_us: float, dur_us: float, elements: int = 131584, tid: int = 9,
+             name: str = "gloo:all_reduce") -> "CpuTrace":
+        self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 7, "tid": tid,
+                            "ts": BASE_US + start_us, "dur": dur_us,
+                            "args": {"Input Dims": [[elements]], "Input type": ["float"]}})
+        return self
+
+    def to_json(self) -> dict:
+        return {
+            "schemaVersion": 1,
+            "deviceProperties": [],
+            "distributedInfo": {"backend": "gloo", "rank": self.rank, "world_size": self.world_size},
+            "traceEvents": self.events + [
+                {"ph": "M", "name": "thread_name", "pid": 7, "tid": 7, "args": {"name": "thread 7 (python)"}},
+                {"ph": "M", "name": "thread_name", "pid": 7, "tid": 9, "args": {"name": "thread 9 (pt_gloo_runloop)"}},
+            ],
+        }
+
+
+def write(trace, path, gz: bool = False) -> str:
+    data = json.dumps(trace.to_json() if hasattr(trace, "to_json") else trace).encode()
+    path = str(path)
+    if gz:
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    else:
+        with open(path, "wb") as f:
+            f.write(data)
+    return path

@@ -1,0 +1,193 @@
+"""Exposed communication on hand-built traces with hand-computed answers.
+
+Each test draws its intervals (microseconds from the trace start) and states
+the expected figures; the analyzer reports milliseconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzer.api import analyze
+from builders import CpuTrace, GpuTrace, write
+
+US = 1e-3  # one microsecond in ms
+
+
+def run(tmp_path, trace):
+    return analyze([write(trace, tmp_path / "rank-0.json")], workers=1)
+
+
+def only_rank(result):
+    (rank,) = result["ranks"]
+    return rank
+
+
+def test_full_overlap(tmp_path):
+    #   compute s7  |==============================|   0 .. 100
+    #   comm    s20        |==========|                20 .. 60
+    t = GpuTrace().step(1, 0, 100).kernel(0, 100, step=1).comm(20, 40, step=1)
+    r = only_rank(run(tmp_path, t))
+    assert r["comm_ms"] == pytest.approx(40 * US)
+    assert r["exposed_comm_ms"] == pytest.approx(0)
+    assert r["overlap_pct"] == 100.0
+
+
+def test_no_overlap(tmp_path):
+    #   compute  |==========|                0 .. 50
+    #   comm                   |========|    60 .. 100
+    t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1).comm(60, 40, step=1)
+    r = only_rank(run(tmp_path, t))
+    assert r["comm_ms"] == pytest.approx(40 * US)
+    assert r["exposed_comm_ms"] == pytest.approx(40 * US)
+    assert r["overlap_pct"] == 0.0
+    assert r["compute_ms"] == pytest.approx(50 * US)
+    # device idle between 50 and 60 only
+    assert r["idle_ms"] == pytest.approx(10 * US)
+
+
+def test_partial_overlap(tmp_path):
+    #   compute  |==========|          0 .. 50
+    #   comm           |==========|    30 .. 80   -> 20 hidden, 30 exposed
+    t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1).comm(30, 50, step=1)
+    r = only_rank(run(tmp_path, t))
+    assert r["exposed_comm_ms"] == pytest.approx(30 * US)
+    assert r["overlap_pct"] == 40.0
+
+
+def test_several_compute_streams(tmp_path):
+    #   compute s7   |=====|                  0 .. 30
+    #   compute s8            |=====|         40 .. 70
+    #   comm    s20     |=========|           20 .. 60  -> hidden 20..30 and 40..60 = 30
+    t = (GpuTrace().step(1, 0, 100)
+         .kernel(0, 30, stream=7, step=1).kernel(40, 30, stream=8, step=1).comm(20, 40, step=1))
+    r = only_rank(run(tmp_path, t))
+    assert r["comm_ms"] == pytest.approx(40 * US)
+    assert r["exposed_comm_ms"] == pytest.approx(10 * US)
+    assert r["overlap_pct"] == 75.0
+    assert r["compute_ms"] == pytest.approx(60 * US)
+
+
+def test_overlapping_kernels_on_one_stream(tmp_path):
+    # Kernels on one stream may overlap (Kineto does not promise nesting).
+    #   compute s7  |========|            0 .. 40
+    #   compute s7        |====|          30 .. 50
+    #   comm   s20           |====|       45 .. 70
+    #   comm   s20               |===|    60 .. 80   -> comm union 45..80 = 35, hidden 45..50 = 5
+    t = (GpuTrace().step(1, 0, 100)
+         .kernel(0, 40, step=1).kernel(30, 20, step=1).comm(45, 25, step=1).comm(60, 20, step=1))
+    r = only_rank(run(tmp_path, t))
+    assert r["compute_ms"] == pytest.approx(50 * US)
+    assert r["comm_ms"] == pytest.approx(35 * US)
+    assert r["exposed_comm_ms"] == pytest.approx(30 * US)
+
+
+def test_comm_spanning_a_step_boundary(tmp_path):
+    # Comm launched in step 1 runs into step 2 and is hidden there by step 2's compute.
+    #   step 1 window [0, 100), step 2 window [100, 150)
+    #   compute (step 1)  |========|                     0 .. 40
+    #   comm    (step 1)        |==================|     30 .. 120
+    #   compute (step 2)                      |==========|  100 .. 150
+    # step 1 comm 90; hidden 30..40 and 100..120 = 30; exposed 60 (all charged to step 1).
+    t = (GpuTrace().step(1, 0, 60).step(2, 60, 60)
+         .kernel(0, 40, step=1).comm(30, 90, step=1).kernel(100, 50, step=2))
+    res = run(tmp_path, t)
+    steps = {s["step"]: s for s in res["steps"]}
+    assert steps[1]["comm_ms"] == pytest.approx(90 * US)
+    assert steps[1]["exposed_comm_ms"] == pytest.approx(60 * US)
+    assert steps[2]["comm_ms"] == pytest.approx(0)
+    assert steps[1]["step_ms"] == pytest.approx(100 * US)  # until step 2's first kernel
+    assert steps[2]["step_ms"] == pytest.approx(50 * US)
+    assert steps[1]["idle_ms"] == pytest.approx(0) and steps[2]["idle_ms"] == pytest.approx(0)
+    r = only_rank(res)
+    assert r["exposed_comm_ms"] == pytest.approx(60 * US)
+    assert r["steps"] == 2
+
+
+def test_steps_add_up_to_the_rank(tmp_path):
+    # Three steps, each: compute 0..60, comm 40..90 (20 hidden, 30 exposed), gap to 100.
+    t = GpuTrace()
+    for i in range(3):
+        t.step(i, 100 * i, 100)
+    for i in range(3):
+        t.kernel(100 * i, 60, step=i).comm(100 * i + 40, 50, step=i)
+    res = run(tmp_path, t)
+    r = only_rank(res)
+    assert [s["exposed_comm_ms"] for s in res["steps"]] == pytest.approx([30 * US] * 3)
+    assert sum(s["exposed_comm_ms"] for s in res["steps"]) == pytest.approx(r["exposed_comm_ms"])
+    assert sum(s["comm_ms"] for s in res["steps"]) == pytest.approx(r["comm_ms"])
+    # windows: [0,100), [100,200), last [200, 290): idle = 10, 10, 0
+    assert [s["idle_ms"] for s in res["steps"]] == pytest.approx([10 * US, 10 * US, 0])
+    assert r["step_ms"] == pytest.approx(100 * US)  # median
+
+
+def test_memcpy_and_sync_are_not_compute(tmp_path):
+    #   memcpy        |======================|   0 .. 100
+    #   cuda_sync        |=========|             10 .. 50
+    #   comm               |=======|             20 .. 60   -> nothing hides it
+    t = (GpuTrace().step(1, 0, 100)
+         .kernel(0, 100, step=1, cat="gpu_memcpy", name="Memcpy DtoD (Device -> Device)")
+         .kernel(10, 40, step=1, cat="cuda_sync", name="Event Sync")
+         .comm(20, 40, step=1))
+    r = only_rank(run(tmp_path, t))
+    assert r["compute_ms"] == 0
+    assert r["exposed_comm_ms"] == pytest.approx(40 * US)
+
+
+def test_nanosecond_timestamps_are_exact(tmp_path):
+    # Fractional microseconds are nanoseconds: 0.001 us of overlap must survive.
+    t = GpuTrace().step(1, 0, 10).kernel(0.5, 1.001, step=1).comm(1.5, 1.0, step=1)
+    r = only_rank(run(tmp_path, t))
+    assert r["comm_ms"] == pytest.approx(1.0 * US, abs=1e-9)
+    assert r["exposed_comm_ms"] == pytest.approx(0.999 * US, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", [
+    "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+    "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)",
+    "void ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+    "ncclSymkDevKernel_AllReduce_AGxLLMC_R_sum_bf16(ncclSymkDevWorkArgs4K)",
+    "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)",
+])
+def test_nccl_kernel_names_are_comm(tmp_path, name):
+    t = GpuTrace().step(1, 0, 100).kernel(0, 10, step=1).kernel(20, 30, stream=20, step=1, name=name)
+    r = only_rank(run(tmp_path, t))
+    assert r["comm_ms"] == pytest.approx(30 * US)
+
+
+def test_unknown_kernel_name_with_collective_args_is_comm(tmp_path):
+    t = (GpuTrace().step(1, 0, 100)
+         .kernel(20, 30, stream=20, step=1, name="some_future_collective_kernel",
+                 args={"Collective name": "allreduce", "In msg nelems": 10, "dtype": "Float"}))
+    r = only_rank(run(tmp_path, t))
+    assert r["comm_ms"] == pytest.approx(30 * US)
+
+
+def test_cpu_gloo_trace(tmp_path):
+    # Training thread 7: aten ops; gloo runloop thread 9: all_reduce spans.
+    #   step 1 [0, 100)
+    #   aten::mm         |======|        |====|        0 .. 30, 50 .. 70
+    #   aten::addmm        |==|                        10 .. 20 (nested: counts once)
+    #   c10d::allreduce_      |                        30 .. 31 (a launch: not compute)
+    #   gloo:all_reduce         |=============|        35 .. 90 -> hidden 50..70 = 20
+    t = (CpuTrace().step(1, 0, 100)
+         .op(0, 30).op(10, 10, name="aten::addmm").op(30, 1, name="c10d::allreduce_")
+         .op(50, 20).gloo(35, 55))
+    res = run(tmp_path, t)
+    r = only_rank(res)
+    assert r["device_kind"] == "cpu"
+    assert r["compute_ms"] == pytest.approx(50 * US)
+    assert r["comm_ms"] == pytest.approx(55 * US)
+    assert r["exposed_comm_ms"] == pytest.approx(35 * US)
+    (s,) = res["steps"]
+    assert s["step_ms"] == pytest.approx(100 * US)
+    # busy: 0..31 (mm, launch is not busy: 0..30), 35..90 -> idle = 100 - 30 - 55 = 15
+    assert s["idle_ms"] == pytest.approx(15 * US)
+    assert res["run"]["backend"] == "gloo"
+
+
+def test_aten_ops_on_the_comm_thread_are_not_compute(tmp_path):
+    t = (CpuTrace().step(1, 0, 100).gloo(0, 50).op(10, 20, tid=9))
+    r = only_rank(run(tmp_path, t))
+    assert r["compute_ms"] == 0
+    assert r["exposed_comm_ms"] == pytest.approx(50 * US)
