@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from . import overlap, runinfo
 from .load import load
 
 
@@ -12,10 +11,28 @@ def analyze(paths: list[str], workers: int | None = None) -> dict:
     Loads the traces into an in-memory store (only what the analysis reads) and
     returns ``{"run": {...}, "ranks": [...], "steps": [...]}`` with times in ms.
     """
-    loaded = load(paths, full=False, workers=workers)
+    loaded = load(paths, detail="overlap", workers=workers)
     return analyze_run(loaded.con, loaded.run_id)
 
 
 def analyze_run(con, run_id: int) -> dict:
     """``analyze`` for a run already in a store (the catalog, the dashboard)."""
+    from . import overlap, runinfo  # imports duckdb: after load() has forked its workers
+
     return {"run": runinfo.describe(con, run_id), **overlap.compute(con, run_id)}
+
+
+def buckets(paths: list[str], workers: int | None = None, tokens: float | None = None) -> dict:
+    """Per-collective attribution (bucket, unit, phase) with the model beside it.
+
+    Returns ``run``, ``collectives``, ``summary``, ``steps``, ``model`` (per step:
+    F, W, T, tokens to hide, verdict), ``measured`` and ``memory``.
+    """
+    loaded = load(paths, detail="attribution", workers=workers)
+    return buckets_run(loaded.con, loaded.run_id, tokens)
+
+
+def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
+    from . import buckets as buckets_analysis, runinfo
+
+    return {"run": runinfo.describe(con, run_id), **buckets_analysis.compute(con, run_id, tokens)}

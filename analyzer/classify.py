@@ -73,6 +73,30 @@ CPU_WAIT_OP = re.compile(r"wait|synchroniz|_local_scalar_dense$|::item$", re.IGN
 ATEN_OP = re.compile(r"^aten::")
 
 
+# Matmul-like ops: their FLOP counts and kernels give the achieved FLOP/s (F).
+MATMUL_OPS = frozenset({
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+    "aten::_scaled_mm", "aten::addmv", "aten::mv", "aten::convolution", "aten::_convolution",
+    "aten::cudnn_convolution", "aten::conv2d", "aten::_addmm_activation",
+})
+
+
+def needed_for_attribution(name: str) -> bool:
+    """Host ops an attribution load keeps on GPU traces: launches, matmuls, memory."""
+    return name in MATMUL_OPS or name == "[memory]" or COMM_LAUNCH.match(name) is not None
+
+
+# The collective in a kernel's name, for traces whose kernels carry no
+# "Collective name" arg: ncclKernel_AllReduce_RING_LL_Sum_float -> AllReduce.
+_KERNEL_COLLECTIVE = re.compile(r"(?:nccl|rccl|msccl)\w*?Kernel_(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|"
+                                r"SendRecv|AllToAll|Send|Recv)", re.IGNORECASE)
+
+
+def kernel_collective(name: str) -> str | None:
+    m = _KERNEL_COLLECTIVE.search(name)
+    return m.group(1) if m else None
+
+
 def is_comm_kernel(name: str) -> bool:
     return COMM_KERNEL.match(name) is not None
 
@@ -120,3 +144,79 @@ def classify_pairs(cats: list[str], names: list[str], gpu_trace: bool) -> np.nda
 def aten_mask(names: list[str]) -> np.ndarray:
     """Per distinct name: does it name an ``aten::`` operator?"""
     return np.fromiter((ATEN_OP.match(n) is not None for n in names), dtype=bool, count=len(names))
+
+
+# --- annotation roles: what a CPU range says about the collectives launched inside it ---
+#
+# role              arg          written by
+# ddp_bucket        bucket index overlapscope tracer's comm hook (tracer.names.BUCKET_ANNOTATION)
+# microbatch        index        overlapscope tracer (tracer.names.MICROBATCH_ANNOTATION)
+# fsdp_all_gather   unit fqn     FSDP2 FSDPParamGroup.unshard ("" for the root unit)
+# fsdp_reduce       unit fqn     FSDP2 post_backward_reduce; FSDP1 _post_backward_hook (no fqn)
+# fsdp_backward     unit fqn     FSDP2 pre_backward / backward_prefetch / post_backward_*;
+#                                FSDP1 _pre_backward_hook, _post_backward_hook, backward prefetch
+# fsdp_forward      unit fqn     FSDP2 pre_forward / forward_prefetch; FSDP1 _pre_forward
+# ddp_forward       -            DistributedDataParallel.forward
+# launch            collective   the backend's CPU range around a launch (nccl:all_to_all)
+_ROLE_RULES = (
+    (re.compile(r"^overlapscope:ddp_bucket#(\d+)$"), "ddp_bucket"),
+    (re.compile(r"^overlapscope:microbatch#(\d+)$"), "microbatch"),
+    (re.compile(r"^FSDP::all_gather(?: \((.*)\))?$"), "fsdp_all_gather"),
+    (re.compile(r"^FSDP::post_backward_reduce(?: \((.*)\))?$"), "fsdp_reduce"),
+    (re.compile(r"^FullyShardedDataParallel\._post_backward_hook()$"), "fsdp_reduce"),
+    (re.compile(r"^FSDP::(?:pre_backward|post_backward_\w+|root_post_backward_callback)(?: \((.*)\))?$"),
+     "fsdp_backward"),
+    (re.compile(r"^FSDP::backward_prefetch for (.*)$"), "fsdp_backward"),
+    (re.compile(r"^FullyShardedDataParallel\.(?:_pre_backward_hook|_pre_backward_prefetch|"
+                r"_post_backward_prefetch|_post_backward_final_callback)()$"), "fsdp_backward"),
+    (re.compile(r"^FSDP::(?:pre_forward|root_pre_forward)(?: \((.*)\))?$"), "fsdp_forward"),
+    (re.compile(r"^FSDP::forward_prefetch for (.*)$"), "fsdp_forward"),
+    (re.compile(r"^FullyShardedDataParallel\.(?:_pre_forward|_pre_forward_prefetch)()$"), "fsdp_forward"),
+    (re.compile(r"^DistributedDataParallel\.forward()$"), "ddp_forward"),
+    (re.compile(r"^(?:nccl|rccl|gloo|ucc|mpi):(\w+)$"), "launch"),
+)
+
+
+def annotation_role(name: str) -> tuple[str, str | None] | None:
+    """(role, arg) of a range that attribution reads, or None (table above)."""
+    for pattern, role in _ROLE_RULES:
+        m = pattern.match(name)
+        if m:
+            arg = m.group(1) if m.groups() else None
+            return role, (arg if arg is not None else ("" if role.startswith("fsdp") else None))
+    return None
+
+
+# Collective families: how a launch (c10d op) and its transfer (gloo span, NCCL
+# kernel) are named differently for one operation. gloo has no reduce-scatter:
+# FSDP's reduce-scatter runs as a gloo:all_reduce span (FIELD_NOTES).
+def collective_family(collective: str | None) -> str | None:
+    if not collective:
+        return None
+    c = collective.lower().replace("_", "")
+    if "reducescatter" in c:
+        return "reduce"
+    if "allgather" in c:
+        return "gather"
+    if "allreduce" in c:
+        return "reduce"
+    if "broadcast" in c:
+        return "broadcast"
+    if "alltoall" in c:
+        return "alltoall"
+    if "sendrecv" in c or c in ("send", "recv"):
+        return "sendrecv"
+    return c
+
+
+def collective_kind(collective: str | None) -> str | None:
+    """The collective a launch or kernel performs: all_reduce, all_gather, reduce_scatter, ..."""
+    if not collective:
+        return None
+    c = collective.lower().replace("_", "")
+    for key, kind in (("reducescatter", "reduce_scatter"), ("allgather", "all_gather"),
+                      ("allreduce", "all_reduce"), ("broadcast", "broadcast"), ("alltoall", "all_to_all"),
+                      ("sendrecv", "send_recv"), ("barrier", "barrier")):
+        if key in c:
+            return kind
+    return c

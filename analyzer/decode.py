@@ -22,6 +22,7 @@ from . import classify, columns as col
 from .classify import KIND_CODE
 from .dtypes import itemsize
 from .errors import InputError
+from .flops import FLOP_OPS, matmul_flops
 from .inputs import TraceSource, rank_from_name
 from .kineto import (
     DEVICE_ARGS_DECODER, FLOW_TYPES, HOST_ARGS_DECODER, MEMORY_ARGS_DECODER, META_ARGS_DECODER, TRACE_DECODER,
@@ -133,26 +134,29 @@ def _track_names(meta_evs: list) -> dict:
     return names
 
 
-def _elements_from_dims(raw) -> int:
-    """Elements of a gloo span / c10d op from its ``Input Dims`` (list of shapes, maybe nested)."""
+def _tensor_sizes(raw) -> tuple[int, int]:
+    """(largest, smallest) tensor of a gloo span / c10d op, in elements, from ``Input Dims``.
+
+    The largest is the collective's full buffer (nccl-tests' size: an all-gather's
+    output, a reduce-scatter's input); the smallest is an all-gather's shard, which
+    is what gloo's own span reports. Shapes may be nested (tensor lists).
+    """
     if not len(raw):
-        return NULL
+        return NULL, NULL
     try:
         dims = json.loads(bytes(raw))
     except ValueError:
-        return NULL
+        return NULL, NULL
 
     def shapes(x):
-        if isinstance(x, list) and all(isinstance(d, int) for d in x):
+        if isinstance(x, list) and x and all(isinstance(d, int) for d in x):
             yield x
         elif isinstance(x, list):
             for y in x:
                 yield from shapes(y)
 
-    found = [s for s in shapes(dims) if s]
-    if not found:
-        return NULL
-    return sum(math.prod(s) for s in found)
+    sizes = [math.prod(s) for s in shapes(dims)]
+    return (max(sizes), min(sizes)) if sizes else (NULL, NULL)
 
 
 def _first_type(raw) -> str | None:
@@ -176,8 +180,14 @@ class _Columns:
         self.flops = np.full(n, np.nan)
 
 
-# Categories that the overlap analysis of a GPU trace never reads; a fast
-# (not full) load drops them before building any column.
+# How much of a trace a load keeps (a lighter load is faster):
+#   overlap      what the overlap analysis reads: on GPU traces, device work,
+#                runtime launches, annotations and ProfilerStep ranges
+#   attribution  overlap + collective launches (c10d, record_param_comms), matmul
+#                ops (FLOP counts for F) and allocator events (memory peak)
+#   full         every event with its raw args, and the flow events (the catalog)
+# CPU-only traces keep all their events at every level: their ops are the compute.
+DETAILS = ("overlap", "attribution", "full")
 _HOST_ONLY_CATEGORIES = {"cpu_op", "python_function", "cpu_instant_event"}
 
 
@@ -190,14 +200,18 @@ def _split(evs: list) -> tuple[list, list, list, int]:
     return slices, flows, meta, len(evs) - len(slices) - len(flows) - len(meta)
 
 
-def _project_for_overlap(slices: list) -> list:
-    """GPU traces, fast load: device work, runtime launches, annotations and steps only."""
+def _project(slices: list, detail: str) -> list:
+    """GPU traces: drop the host-only events that the chosen detail does not read."""
     cat_codes, cats = col.intern(list(map(attrgetter("cat"), slices)))
     drop = np.isin(cat_codes, [i for i, c in enumerate(cats) if c in _HOST_ONLY_CATEGORIES])
     keep = [slices[i] for i in np.flatnonzero(~drop).tolist()]
-    # Older PyTorch writes ProfilerStep#N as a cpu_op: keep those.
-    keep += [e for e in (slices[i] for i in np.flatnonzero(drop).tolist()) if e.name.startswith("ProfilerStep")]
-    return keep
+    dropped = [slices[i] for i in np.flatnonzero(drop).tolist()]
+    name_codes, names = col.intern(list(map(attrgetter("name"), dropped)))
+    # Older PyTorch writes ProfilerStep#N as a cpu_op: always kept.
+    wanted = [classify.PROFILER_STEP.match(n) is not None or
+              (detail == "attribution" and classify.needed_for_attribution(n)) for n in names]
+    keep_dropped = np.asarray(wanted, dtype=bool)[name_codes] if names else np.zeros(0, dtype=bool)
+    return keep + [dropped[i] for i in np.flatnonzero(keep_dropped).tolist()]
 
 
 def _intern_tracks(slices: list) -> tuple[np.ndarray, list]:
@@ -214,14 +228,9 @@ def _intern_tracks(slices: list) -> tuple[np.ndarray, list]:
     return codes.astype(np.int32), keys
 
 
-def decode_source(source: TraceSource, full: bool = True) -> RankData:
-    """Read, decode and classify one rank's trace file.
-
-    ``full`` keeps every event with its raw args, and the flow events (the
-    catalog wants them). A fast load (``full=False``) keeps what the overlap
-    analysis reads: on GPU traces it drops host-only events (CPU ops, Python
-    frames, allocator events) before any column is built.
-    """
+def decode_source(source: TraceSource, detail: str = "full") -> RankData:
+    """Read, decode and classify one rank's trace file, keeping ``detail`` (see DETAILS)."""
+    full = detail == "full"
     where = source.display
     trace = parse(decompress(source.read_bytes(), where), where)
     meta = _rank_facts(trace, source)
@@ -232,7 +241,7 @@ def decode_source(source: TraceSource, full: bool = True) -> RankData:
         raise InputError(where, "not a Kineto trace: no complete (ph X) events")
     gpu_trace = any(e.cat == "kernel" for e in slices)
     if gpu_trace and not full:
-        slices = _project_for_overlap(slices)
+        slices = _project(slices, detail)
 
     n = len(slices)
     name_codes, names = col.intern(list(map(attrgetter("name"), slices)))
@@ -251,9 +260,8 @@ def decode_source(source: TraceSource, full: bool = True) -> RankData:
     cols = _Columns(n)
     is_device_cat = np.isin(cat_codes, [i for i, c in enumerate(cats) if c in classify.DEVICE_CATEGORIES])
     is_memory = kind == KIND_CODE["memory"]
-    host_kinds = [KIND_CODE[k] for k in (("runtime", "comm", "comm_launch", "step") if not full else
-                                         ("runtime", "comm", "comm_launch", "step", "cpu_op", "compute",
-                                          "annotation", "sync", "other"))]
+    host_kinds = [KIND_CODE[k] for k in ("runtime", "comm", "comm_launch", "step") + (
+        () if detail == "overlap" else ("cpu_op", "compute", "annotation", "sync", "other"))]
     host_rows = np.flatnonzero(~is_device_cat & np.isin(kind, host_kinds))
     device_rows = np.flatnonzero(is_device_cat)
     coll = _fill_args(slices, device_rows, host_rows, cols, kind, names, name_codes)
@@ -302,9 +310,9 @@ def decode_source(source: TraceSource, full: bool = True) -> RankData:
 def _fill_args(slices, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
     """Decode the args of device and host events by class; return collective rows."""
     coll = {k: [] for k in ("event_id", "collective", "in_elems", "out_elems", "group_size", "dtype",
-                            "pg_name", "pg_desc", "pg_ranks", "elements")}
+                            "pg_name", "pg_desc", "pg_ranks", "elements", "min_elements")}
 
-    def add_coll(i, a, collective, elements=NULL):
+    def add_coll(i, a, collective, sizes=(NULL, NULL)):
         coll["event_id"].append(i)
         coll["collective"].append(collective)
         coll["in_elems"].append(a.in_elems)
@@ -314,21 +322,30 @@ def _fill_args(slices, device_rows, host_rows, cols: _Columns, kind, names, name
         coll["pg_name"].append(a.pg_name)
         coll["pg_desc"].append(a.pg_desc)
         coll["pg_ranks"].append(bytes(a.pg_ranks).decode() if len(a.pg_ranks) else None)
-        coll["elements"].append(elements)
+        coll["elements"].append(sizes[0])
+        coll["min_elements"].append(sizes[1])
 
     if len(device_rows):
         dargs = DEVICE_ARGS_DECODER.decode(_json_array([slices[i].args for i in device_rows.tolist()]))
         for name in ("correlation", "external_id", "stream", "device"):
             getattr(cols, name)[device_rows] = col.optional_ints(list(map(attrgetter(name), dargs)))
-        for i, a in zip(device_rows, dargs):
+        for i, a in zip(device_rows.tolist(), dargs):
             if a.collective is not None or kind[i] == KIND_CODE["comm"]:
-                add_coll(int(i), a, a.collective)
+                add_coll(i, a, a.collective or classify.kernel_collective(names[name_codes[i]]))
     if len(host_rows):
         hargs = HOST_ARGS_DECODER.decode(_json_array([slices[i].args for i in host_rows.tolist()]))
         for name in ("correlation", "external_id"):
             getattr(cols, name)[host_rows] = col.optional_ints(list(map(attrgetter(name), hargs)))
         flops = list(map(attrgetter("flops"), hargs))
         cols.flops[host_rows] = np.array(flops, dtype=np.float64)  # None -> nan
+        # Newer profilers record shapes but no FLOP count: derive it for matmuls.
+        matmul_names = [i for i, n in enumerate(names) if n in FLOP_OPS]
+        if matmul_names:
+            for j in np.flatnonzero(np.isin(name_codes[host_rows], matmul_names)).tolist():
+                i = int(host_rows[j])
+                if math.isnan(cols.flops[i]):
+                    f = matmul_flops(names[name_codes[i]], bytes(hargs[j].input_dims))
+                    cols.flops[i] = math.nan if f is None else f
         comm_like = np.isin(kind[host_rows], [KIND_CODE["comm"], KIND_CODE["comm_launch"]])
         for j in np.flatnonzero(comm_like):
             i, a = int(host_rows[j]), hargs[j]
@@ -336,7 +353,7 @@ def _fill_args(slices, device_rows, host_rows, cols: _Columns, kind, names, name
             collective = a.collective or name.split(":")[-1].lstrip("_") or None
             if a.dtype is None:
                 a.dtype = _first_type(a.input_type)
-            add_coll(i, a, collective, _elements_from_dims(a.input_dims))
+            add_coll(i, a, collective, _tensor_sizes(a.input_dims))
     return coll
 
 
@@ -443,6 +460,7 @@ def _collectives_table(coll: dict) -> pa.Table:
         "in_elems": col.int64(in_elems),
         "out_elems": col.int64(out_elems),
         "elements": col.int64(size),
+        "min_elements": col.int64(col.optional_ints(coll["min_elements"])),
         "dtype": col.dictionary(dtype_codes, dtype_vals),
         "bytes": col.int64(nbytes),
         "group_size": col.int64(col.optional_ints(coll["group_size"])),

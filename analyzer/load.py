@@ -13,7 +13,7 @@ import sys
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
-from .decode import RankData, decode_source
+from .decode import DETAILS, RankData, decode_source
 from .errors import InputError
 from .inputs import Inputs, TraceSource, resolve
 
@@ -40,13 +40,23 @@ def _pool_context():
     return multiprocessing.get_context("spawn")
 
 
-def decode_all(sources: list[TraceSource], full: bool = True, workers: int | None = None) -> list[RankData]:
-    """Decode every source; the first bad file stops the load with its error."""
+def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | None = None,
+               while_waiting=None) -> list[RankData]:
+    """Decode every source; the first bad file stops the load with its error.
+
+    ``while_waiting`` runs in this process while the workers decode (opening
+    the store overlaps with parsing instead of following it).
+    """
     n = _workers(len(sources), workers)
     if n == 1:
-        return [decode_source(s, full) for s in sources]
+        ranks = [decode_source(s, detail) for s in sources]
+        if while_waiting:
+            while_waiting()
+        return ranks
     with ProcessPoolExecutor(max_workers=n, mp_context=_pool_context()) as pool:
-        futures = [pool.submit(decode_source, s, full) for s in sources]
+        futures = [pool.submit(decode_source, s, detail) for s in sources]
+        if while_waiting:
+            while_waiting()
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
         for f in futures:
             if f.done() and f.exception() is not None:
@@ -77,18 +87,28 @@ def check_ranks(ranks: list[RankData]) -> None:
 
 
 def load(paths: list[str], con=None, name: str | None = None, tags: dict | None = None,
-         full: bool = True, workers: int | None = None) -> Loaded:
+         detail: str = "full", workers: int | None = None) -> Loaded:
     """Load traces into ``con`` (a new in-memory store when None) as one run.
 
-    ``full`` keeps every Kineto argument (``events.args``) and flow event; the
-    analyses do not need them, so one-shot commands pass ``full=False``.
+    ``detail`` (decode.DETAILS) chooses how much of each trace is kept: the
+    catalog keeps everything; one-shot commands keep what their analysis reads.
     """
     inputs: Inputs = resolve(paths)
-    ranks = decode_all(inputs.sources, full=full, workers=workers)
+    opened = {"con": con}
+
+    def open_store():  # duckdb is imported here, after the workers have forked
+        from . import store
+
+        if opened["con"] is None:
+            opened["con"] = store.connect()
+
+    if detail not in DETAILS:
+        raise ValueError(f"detail must be one of {DETAILS}")
+    ranks = decode_all(inputs.sources, detail=detail, workers=workers, while_waiting=open_store)
     check_ranks(ranks)
     ranks.sort(key=lambda r: r.meta["rank"])
-    from . import store  # duckdb is imported here, after the workers have forked
+    from . import store
 
-    con = con if con is not None else store.connect()
+    con = opened["con"]
     run_id = store.insert_run(con, ranks, name or " ".join(paths), " ".join(paths), inputs.manifest, tags)
     return Loaded(con, run_id, inputs.manifest)

@@ -79,6 +79,7 @@ def insert_run(con: duckdb.DuckDBPyConnection, ranks: list[RankData], name: str,
             con.execute("INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _rank_row(run_id, r))
             for table in ("tracks", "events", "collectives", "flows", "memory"):
                 _insert_table(con, table, run_id, r.meta["rank"], getattr(r, table))
+        run_script(con, "steps.sql", run_id=run_id)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -34,27 +34,44 @@ class GpuTrace:
                             "args": {"External id": number}})
         return self
 
+    def annotation(self, name: str, start_us: float, dur_us: float, tid: int = 100) -> "GpuTrace":
+        """A record_function range on a CPU thread (bucket, FSDP unit, DDP forward ...)."""
+        self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 100, "tid": tid,
+                            "ts": BASE_US + start_us, "dur": dur_us, "args": {}})
+        return self
+
     def kernel(self, start_us: float, dur_us: float, stream: int = 7, step: int | None = None,
-               name: str = GEMM, cat: str = "kernel", args: dict | None = None) -> "GpuTrace":
+               name: str = GEMM, cat: str = "kernel", args: dict | None = None,
+               launch_us: float | None = None, tid: int = 100) -> "GpuTrace":
+        """A device event; with ``step`` (or ``launch_us``) also its launch on CPU thread ``tid``.
+
+        The launch happens at ``launch_us``, else just after the step begins.
+        """
         self._corr += 1
         kargs = {"device": 0, "stream": stream, "correlation": self._corr, "External id": self._corr}
         kargs.update(args or {})
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream,
                             "ts": BASE_US + start_us, "dur": dur_us, "args": kargs})
-        if step is not None:
-            s0, sdur = self._steps[step]
-            launch = s0 + min(1.0, sdur / 4)  # launched just after the step begins
+        if step is not None or launch_us is not None:
+            if launch_us is None:
+                s0, sdur = self._steps[step]
+                launch_us = s0 + min(1.0, sdur / 4)
             self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
-                                "pid": 100, "tid": 100, "ts": BASE_US + launch, "dur": 0.5,
+                                "pid": 100, "tid": tid, "ts": BASE_US + launch_us, "dur": 0.5,
                                 "args": {"correlation": self._corr, "External id": self._corr}})
         return self
 
     def comm(self, start_us: float, dur_us: float, stream: int = 20, step: int | None = None,
-             nelems: int = 1 << 20, dtype: str = "Float", collective: str = "allreduce") -> "GpuTrace":
-        return self.kernel(start_us, dur_us, stream, step, name=NCCL_ALLREDUCE,
+             nelems: int = 1 << 20, dtype: str = "Float", collective: str = "allreduce",
+             out_nelems: int | None = None, launch_us: float | None = None, tid: int = 100) -> "GpuTrace":
+        """A collective kernel (NCCL's args: Collective name, In/Out msg nelems, dtype, ...)."""
+        return self.kernel(start_us, dur_us, stream, step, name=NCCL_ALLREDUCE if collective == "allreduce"
+                           else f"ncclDevKernel_{collective}_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
                            args={"Collective name": collective, "In msg nelems": nelems,
-                                 "Out msg nelems": nelems, "dtype": dtype, "Group size": self.world_size,
-                                 "Process Group Name": "0", "Process Group Ranks": "[0, 1]"})
+                                 "Out msg nelems": out_nelems or nelems, "dtype": dtype,
+                                 "Group size": self.world_size, "Process Group Name": "0",
+                                 "Process Group Ranks": "[0, 1]"},
+                           launch_us=launch_us, tid=tid)
 
     def to_json(self) -> dict:
         return {

@@ -6,10 +6,7 @@
 --   comm           union of comm intervals
 --   exposed comm   comm minus compute
 --   overlap %      100 x (comm - exposed) / comm
---   step window    [first device start of the step, first device start of the next
---                  step), the last step ends with its last device event. On CPU-only
---                  traces the device is the CPU and the window starts with the
---                  ProfilerStep range itself.
+--   step window    steps.window_start_ns .. window_end_ns (see steps.sql)
 --   idle           window time with no device work at all (any step)
 
 -- _ov_iv: the run's device work, one row per busy interval.
@@ -86,26 +83,11 @@ ASOF LEFT JOIN _ov_cover a ON a.rank = c.rank AND a.what = c.cover AND c.ts_ns >
 ASOF LEFT JOIN _ov_cover b ON b.rank = c.rank AND b.what = c.cover AND c.end_ns >= b.ts_ns
 GROUP BY ALL;
 
--- _ov_window: each step's window on the device timeline.
+-- _ov_window: each step's window on the device timeline (the steps table).
 CREATE OR REPLACE TEMP TABLE _ov_window AS
-WITH device AS (
-    SELECT rank, step, min(ts_ns) AS first_ns, max(end_ns) AS last_ns
-    FROM _ov_iv WHERE step IS NOT NULL GROUP BY ALL
-), spans AS (  -- the ProfilerStep ranges (the window on CPU-only traces)
-    SELECT e.rank, e.step, min(e.ts_ns) AS span_ts_ns, max(e.ts_ns + e.dur_ns) AS span_end_ns,
-           any_value(r.device_kind) AS device_kind
-    FROM events e JOIN ranks r USING (run_id, rank)
-    WHERE e.run_id = getvariable('run_id') AND e.kind = 'step' AND e.step IS NOT NULL
-    GROUP BY ALL
-), starts AS (
-    SELECT s.rank, s.step,
-           CASE WHEN s.device_kind = 'cpu' THEN s.span_ts_ns ELSE d.first_ns END AS start_ns,
-           CASE WHEN s.device_kind = 'cpu' THEN greatest(s.span_end_ns, d.last_ns) ELSE d.last_ns END AS own_end_ns
-    FROM spans s LEFT JOIN device d USING (rank, step)
-)
-SELECT rank, step, start_ns,
-       coalesce(lead(start_ns) OVER (PARTITION BY rank ORDER BY start_ns), own_end_ns) AS end_ns
-FROM starts WHERE start_ns IS NOT NULL;
+SELECT rank, step, window_start_ns AS start_ns, window_end_ns AS end_ns
+FROM steps
+WHERE run_id = getvariable('run_id') AND window_start_ns IS NOT NULL;
 
 -- _ov_window_busy: device-busy time inside each window (any step's work).
 CREATE OR REPLACE TEMP TABLE _ov_window_busy AS

@@ -78,13 +78,31 @@ CREATE TABLE IF NOT EXISTS collectives (
     collective  VARCHAR,          -- 'Collective name' (allreduce, _allgather_base, ...) or from the span name
     in_elems    BIGINT,           -- 'In msg nelems'
     out_elems   BIGINT,           -- 'Out msg nelems'
-    elements    BIGINT,           -- full buffer elements: max(in, out), or from 'Input Dims'
+    elements    BIGINT,           -- full buffer elements (nccl-tests size): max(in, out), or the
+                                  -- largest tensor of 'Input Dims' (gloo spans, c10d launches)
+    min_elements BIGINT,          -- smallest tensor of 'Input Dims' (an all-gather's shard)
     dtype       VARCHAR,          -- element type as written (Float, BFloat16, float, ...)
     bytes       BIGINT,           -- elements x dtype size (NULL when the dtype is unknown)
     group_size  BIGINT,           -- 'Group size'
     pg_name     VARCHAR,          -- 'Process Group Name'
     pg_desc     VARCHAR,          -- 'Process Group Description'
     pg_ranks    VARCHAR           -- 'Process Group Ranks' as written
+);
+
+-- One row per rank and ProfilerStep: the CPU range and the step's window on the
+-- device timeline (filled at load by sql/steps.sql, from events).
+CREATE TABLE IF NOT EXISTS steps (
+    run_id           INTEGER NOT NULL,
+    rank             INTEGER NOT NULL,
+    step             BIGINT NOT NULL,  -- N of ProfilerStep#N
+    cpu_ts_ns        BIGINT,           -- the ProfilerStep range on the CPU
+    cpu_dur_ns       BIGINT,
+    device_first_ns  BIGINT,           -- first start of the device work launched in the step
+    device_last_ns   BIGINT,           -- last end of that work
+    window_start_ns  BIGINT,           -- the step on the device timeline: from its first
+    window_end_ns    BIGINT,           -- device start to the next step's (the last step: its
+                                       -- own last end); CPU-only traces use the ProfilerStep range
+    PRIMARY KEY (run_id, rank, step)
 );
 
 -- Flow events (ph s/f/t): CPU->GPU launches (ac2g) and forward->backward links (fwdbwd).

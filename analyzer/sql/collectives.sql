@@ -1,0 +1,162 @@
+-- Per-collective attribution: which bucket or unit each transfer belongs to, in
+-- which phase, its bytes, comm time, exposed time and bus bandwidth.
+-- Inputs: getvariable('run_id'); temp tables from overlap.sql (_ov_u); and, from
+-- analyzer/collectives.py, _co_roles(name, role, arg) (annotation_role() of every
+-- range name, so that name patterns stay in classify.py), _co_families(collective,
+-- family, kind) and _co_settings(ddp BOOLEAN, bus_factor_*).
+-- Output: temp table collective_stats.
+
+-- _co_transfer: every comm transfer (GPU collective kernel or gloo span).
+CREATE OR REPLACE TEMP TABLE _co_transfer AS
+SELECT e.rank, e.event_id, e.step, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns, e.name,
+       e.correlation, e.launch_ts_ns, r.device_kind,
+       c.collective, c.elements, c.min_elements, c.bytes, c.dtype, c.group_size, c.pg_name
+FROM events e
+JOIN ranks r USING (run_id, rank)
+LEFT JOIN collectives c USING (run_id, rank, event_id)
+WHERE e.run_id = getvariable('run_id') AND e.kind = 'comm' AND e.dur_ns > 0;
+
+-- _co_launch_gpu: GPU transfers -> the runtime call that launched them (correlation).
+CREATE OR REPLACE TEMP TABLE _co_launch_gpu AS
+SELECT t.rank, t.event_id, l.event_id AS launch_id, l.track_id AS launch_track, l.ts_ns AS launch_ts_ns,
+       l.ts_ns + l.dur_ns AS launch_end_ns
+FROM _co_transfer t
+JOIN events l ON l.run_id = getvariable('run_id') AND l.rank = t.rank
+             AND l.correlation = t.correlation AND l.kind = 'runtime'
+WHERE t.device_kind = 'gpu';
+
+-- _co_launch_cpu: gloo spans -> their c10d launch on the training thread. gloo
+-- writes no link, so the k-th launch of a family and size meets the k-th span of
+-- the same family and size (an all-gather span reports its shard, a launch its
+-- output and shard; gloo runs a reduce-scatter as an all_reduce span).
+CREATE OR REPLACE TEMP TABLE _co_launch_cpu AS
+WITH spans AS (
+    SELECT t.rank, t.event_id, f.family, t.min_elements AS elements,
+           row_number() OVER (PARTITION BY t.rank, f.family, t.min_elements ORDER BY t.ts_ns, t.event_id) AS k
+    FROM _co_transfer t JOIN _co_families f USING (collective)
+    WHERE t.device_kind = 'cpu'
+), launches AS (
+    SELECT e.rank, e.event_id AS launch_id, e.track_id AS launch_track, e.ts_ns AS launch_ts_ns,
+           e.ts_ns + e.dur_ns AS launch_end_ns, f.family, f.kind,
+           c.elements AS full_elements, c.bytes AS full_bytes, c.dtype,
+           CASE WHEN f.family = 'gather' THEN c.min_elements ELSE c.elements END AS elements,
+           row_number() OVER (PARTITION BY e.rank, f.family,
+                              CASE WHEN f.family = 'gather' THEN c.min_elements ELSE c.elements END
+                              ORDER BY e.ts_ns, e.event_id) AS k
+    FROM events e
+    JOIN collectives c USING (run_id, rank, event_id)
+    JOIN _co_families f USING (collective)
+    WHERE e.run_id = getvariable('run_id') AND e.kind = 'comm_launch' AND e.name LIKE 'c10d::%'
+)
+SELECT s.rank, s.event_id, l.launch_id, l.launch_track, l.launch_ts_ns, l.launch_end_ns,
+       l.kind AS launch_kind, l.full_elements, l.full_bytes
+FROM spans s JOIN launches l USING (rank, family, elements, k);
+
+-- _co_launch: one launch per transfer (GPU or CPU).
+CREATE OR REPLACE TEMP TABLE _co_launch AS
+SELECT rank, event_id, launch_id, launch_track, launch_ts_ns, launch_end_ns,
+       NULL::VARCHAR AS launch_kind, NULL::BIGINT AS full_elements, NULL::BIGINT AS full_bytes
+FROM _co_launch_gpu
+UNION ALL
+SELECT * FROM _co_launch_cpu;
+
+-- _co_ranges: the ranges that attribution reads, with their role (from _co_roles).
+CREATE OR REPLACE TEMP TABLE _co_ranges AS
+SELECT e.rank, e.track_id, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, r.role, r.arg
+FROM events e JOIN _co_roles r USING (name)
+WHERE e.run_id = getvariable('run_id') AND e.kind IN ('annotation', 'cpu_op', 'comm_launch');
+
+-- _co_context: per transfer, what its launch sits inside (innermost wins).
+CREATE OR REPLACE TEMP TABLE _co_context AS
+SELECT l.rank, l.event_id,
+       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'ddp_bucket')       AS bucket,
+       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'microbatch')       AS microbatch,
+       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'fsdp_all_gather')  AS gather_unit,
+       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'fsdp_reduce')      AS reduce_unit,
+       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'launch')           AS launch_collective,
+       bool_or(g.role = 'fsdp_backward')                                  AS in_backward,
+       bool_or(g.role = 'fsdp_forward')                                   AS in_forward,
+       bool_or(g.role LIKE 'fsdp_%')                                      AS in_fsdp
+FROM _co_launch l
+JOIN _co_ranges g ON g.rank = l.rank AND g.track_id = l.launch_track
+                 AND g.ts_ns <= l.launch_ts_ns AND l.launch_end_ns <= g.end_ns
+GROUP BY ALL;
+
+-- _co_attr: kind, id and phase of each transfer.
+CREATE OR REPLACE TEMP TABLE _co_attr AS
+WITH base AS (
+    SELECT t.*, l.launch_id, l.launch_ts_ns AS cpu_launch_ts_ns,
+           coalesce(l.launch_kind, lf.kind, f.kind) AS coll_kind,
+           coalesce(l.full_bytes, t.bytes) AS nbytes,
+           x.bucket, x.microbatch, x.gather_unit, x.reduce_unit,
+           coalesce(x.in_backward, false) AS in_backward, coalesce(x.in_fsdp, false) AS in_fsdp
+    FROM _co_transfer t
+    LEFT JOIN _co_launch l USING (rank, event_id)
+    LEFT JOIN _co_context x USING (rank, event_id)
+    LEFT JOIN _co_families f USING (collective)
+    LEFT JOIN _co_families lf ON lf.collective = x.launch_collective
+), tagged AS (
+    SELECT *,
+        CASE WHEN bucket IS NOT NULL THEN 'ddp_bucket'
+             WHEN gather_unit IS NOT NULL OR reduce_unit IS NOT NULL THEN 'fsdp_unit'
+             WHEN in_fsdp AND coll_kind IN ('all_gather', 'reduce_scatter') THEN 'fsdp_unit'
+             WHEN (SELECT ddp FROM _co_settings) AND coll_kind = 'all_reduce' THEN 'ddp_bucket'
+             ELSE 'other' END AS kind,
+        CASE WHEN coll_kind = 'all_gather' THEN
+                  CASE WHEN in_backward THEN 'backward_allgather' ELSE 'forward_allgather' END
+             WHEN coll_kind = 'reduce_scatter' THEN 'reduce_scatter'
+             WHEN coll_kind = 'all_reduce' THEN 'allreduce'
+             ELSE coalesce(coll_kind, 'unknown') END AS phase
+    FROM base
+)
+SELECT *,
+    -- attribution read from annotations, or inferred from order (foreign DDP traces, FSDP1)
+    CASE WHEN kind = 'ddp_bucket' THEN bucket IS NULL
+         WHEN kind = 'fsdp_unit' THEN coalesce(gather_unit, reduce_unit) IS NULL
+         ELSE false END AS inferred,
+    CASE WHEN kind = 'ddp_bucket' THEN coalesce(bucket, (row_number() OVER (
+             PARTITION BY rank, step, kind, bucket IS NULL, microbatch ORDER BY cpu_launch_ts_ns, ts_ns) - 1)::VARCHAR)
+         WHEN kind = 'fsdp_unit' THEN coalesce(gather_unit, reduce_unit, 'unit#' || (row_number() OVER (
+             PARTITION BY rank, step, kind, phase, microbatch ORDER BY cpu_launch_ts_ns, ts_ns) - 1)::VARCHAR)
+         ELSE coalesce(coll_kind, name) END AS id
+FROM tagged;
+
+-- _co_g: exposed time shared out over concurrent transfers. Elementary segments
+-- between every transfer edge and compute-union edge; a segment with c transfers
+-- running and no compute gives each of them 1/c of its length. G(t), the share
+-- accumulated up to t, makes each transfer's exposed time G(end) - G(start): the
+-- per-collective figures add up to the rank's exposed comm exactly.
+CREATE OR REPLACE TEMP TABLE _co_g AS
+WITH edges AS (
+    SELECT rank, ts_ns AS t, 1 AS dc, 0 AS dk FROM _co_transfer
+    UNION ALL SELECT rank, end_ns, -1, 0 FROM _co_transfer
+    UNION ALL SELECT rank, ts_ns, 0, 1 FROM _ov_u WHERE step IS NULL AND what = 'compute'
+    UNION ALL SELECT rank, end_ns, 0, -1 FROM _ov_u WHERE step IS NULL AND what = 'compute'
+), points AS (
+    SELECT rank, t, sum(dc) AS dc, sum(dk) AS dk FROM edges GROUP BY rank, t
+), running AS (
+    SELECT rank, t AS ts_ns, lead(t) OVER (PARTITION BY rank ORDER BY t) AS end_ns,
+           sum(dc) OVER (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING) AS c,
+           sum(dk) OVER (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING) AS k
+    FROM points
+), rated AS (
+    SELECT rank, ts_ns, end_ns, CASE WHEN c > 0 AND k = 0 THEN 1.0 / c ELSE 0.0 END AS rate
+    FROM running WHERE end_ns IS NOT NULL
+)
+SELECT rank, ts_ns, end_ns, rate,
+       coalesce(sum(rate * (end_ns - ts_ns)) OVER (PARTITION BY rank ORDER BY ts_ns
+                                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+FROM rated;
+
+-- collective_stats: one row per transfer.
+CREATE OR REPLACE TEMP TABLE collective_stats AS
+SELECT a.rank, a.step, a.event_id, a.kind, a.id, a.phase, a.inferred, a.microbatch,
+       a.coll_kind AS collective, a.nbytes AS bytes, a.dtype, a.group_size, a.pg_name,
+       a.ts_ns, a.end_ns, a.dur_ns AS comm_ns, a.cpu_launch_ts_ns,
+       a.ts_ns - st.window_start_ns AS offset_ns,  -- start within its step's window
+       (gb.before + gb.rate * (least(a.end_ns, gb.end_ns) - gb.ts_ns))
+         - (ga.before + ga.rate * (least(a.ts_ns, ga.end_ns) - ga.ts_ns)) AS exposed_ns
+FROM _co_attr a
+LEFT JOIN steps st ON st.run_id = getvariable('run_id') AND st.rank = a.rank AND st.step = a.step
+ASOF LEFT JOIN _co_g ga ON ga.rank = a.rank AND a.ts_ns >= ga.ts_ns
+ASOF LEFT JOIN _co_g gb ON gb.rank = a.rank AND a.end_ns >= gb.ts_ns;

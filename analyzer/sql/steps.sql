@@ -1,0 +1,31 @@
+-- Fill the steps table for one run (getvariable('run_id')), from its events.
+-- A step's device work is what it launched (events.step); its window on the
+-- device timeline runs from its first device start to the next step's first
+-- device start, so that step times add up to the profiled wall time and the
+-- idle time between steps belongs to the step that left the device idle. On
+-- CPU-only traces the CPU is the device: the window is the ProfilerStep range,
+-- stretched over any comm span of the step that outlives it.
+INSERT INTO steps
+WITH cpu AS (
+    SELECT e.rank, e.step, min(e.ts_ns) AS cpu_ts_ns, max(e.ts_ns + e.dur_ns) - min(e.ts_ns) AS cpu_dur_ns,
+           any_value(r.device_kind) AS device_kind
+    FROM events e JOIN ranks r USING (run_id, rank)
+    WHERE e.run_id = getvariable('run_id') AND e.kind = 'step' AND e.step IS NOT NULL
+    GROUP BY ALL
+), device AS (
+    SELECT rank, step, min(ts_ns) AS first_ns, max(ts_ns + dur_ns) AS last_ns
+    FROM events
+    WHERE run_id = getvariable('run_id') AND step IS NOT NULL AND dur_ns > 0
+      AND kind IN ('compute', 'comm', 'memcpy', 'memset')
+    GROUP BY ALL
+), starts AS (
+    SELECT c.rank, c.step, c.cpu_ts_ns, c.cpu_dur_ns, d.first_ns, d.last_ns,
+           CASE WHEN c.device_kind = 'cpu' THEN c.cpu_ts_ns ELSE d.first_ns END AS start_ns,
+           CASE WHEN c.device_kind = 'cpu' THEN greatest(c.cpu_ts_ns + c.cpu_dur_ns, d.last_ns)
+                ELSE d.last_ns END AS own_end_ns
+    FROM cpu c LEFT JOIN device d USING (rank, step)
+)
+SELECT getvariable('run_id'), rank, step, cpu_ts_ns, cpu_dur_ns, first_ns, last_ns, start_ns,
+       CASE WHEN start_ns IS NULL THEN NULL
+            ELSE coalesce(lead(start_ns) OVER (PARTITION BY rank ORDER BY start_ns NULLS LAST), own_end_ns) END
+FROM starts;

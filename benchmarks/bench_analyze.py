@@ -1,0 +1,201 @@
+"""Benchmark: whole-process ``overlapscope analyze`` against Holistic Trace Analysis.
+
+Both tools run as separate processes on the same inputs in one run; the script
+prints wall time and the peak memory of each process tree (a parent and its
+workers together), and the ratios. HTA runs from its own virtual environment
+(``--hta-python``, default ``.bench/hta-venv/bin/python``; ``make bench``
+creates it) and is skipped when that is absent.
+
+Inputs (built once under ``.bench/inputs`` from the reference trace
+``df_index_resolver.json.gz``, 54 MB uncompressed, 216k events):
+  one    1 rank
+  four   4 ranks (copies with the rank rewritten in distributedInfo)
+  large  8 ranks of about 200 MB each (the reference events repeated with
+         shifted timestamps and correlation ids)
+
+Usage: python benchmarks/bench_analyze.py [--repeat N] [--skip-large] [--hta-python PY]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT.parent / "shared" / "reference_traces" / "gpu_allreduce_v100_rank1_of2" / "df_index_resolver.json.gz"
+BENCH = ROOT / ".bench"
+INPUTS = BENCH / "inputs"
+LARGE_RANKS, LARGE_BYTES = 8, 200_000_000
+
+HTA_SCRIPT = """
+import sys, time
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+analysis = TraceAnalysis(trace_dir=sys.argv[1])
+t1 = time.perf_counter()
+overlap = analysis.get_comm_comp_overlap(visualize=False)
+t2 = time.perf_counter()
+print("HTA_RESULT", overlap["comp_comm_overlap_pctg"].round(2).tolist(), round(t1 - t0, 3), round(t2 - t1, 3))
+"""
+
+
+# --- inputs -------------------------------------------------------------------------
+
+def _write_gz(path: Path, trace: dict) -> None:
+    with gzip.open(path, "wb", compresslevel=6) as f:
+        f.write(json.dumps(trace).encode())
+
+
+def build_inputs() -> dict[str, Path]:
+    if not REFERENCE.is_file():
+        sys.exit(f"benchmark input not found: {REFERENCE}")
+    with gzip.open(REFERENCE, "rb") as f:
+        trace = json.load(f)
+    paths = {"one": INPUTS / "one", "four": INPUTS / "four", "large": INPUTS / "large"}
+    if not (paths["one"] / "rank-1.json.gz").exists():
+        paths["one"].mkdir(parents=True, exist_ok=True)
+        _write_gz(paths["one"] / "rank-1.json.gz", trace)
+    if not (paths["four"] / "rank-3.json.gz").exists():
+        paths["four"].mkdir(parents=True, exist_ok=True)
+        for rank in range(4):
+            trace["distributedInfo"].update(rank=rank, world_size=4)
+            _write_gz(paths["four"] / f"rank-{rank}.json.gz", trace)
+    if not (paths["large"] / f"rank-{LARGE_RANKS - 1}.json.gz").exists():
+        paths["large"].mkdir(parents=True, exist_ok=True)
+        events = trace["traceEvents"]
+        timed = [e for e in events if "ts" in e and e.get("ph") != "M"]
+        span_us = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed)
+        copies = max(1, round(LARGE_BYTES / len(json.dumps(trace))))
+        big = [e for e in events if e.get("ph") == "M"]
+        for k in range(copies):
+            for e in timed:
+                c = dict(e, ts=e["ts"] + k * (span_us + 1000))
+                args = c.get("args")
+                if args and ("correlation" in args or "External id" in args):
+                    c["args"] = {**args, **{key: args[key] + k * 10_000_000 for key in ("correlation", "External id")
+                                            if isinstance(args.get(key), int)}}
+                if "id" in c and isinstance(c["id"], int):
+                    c["id"] += k * 10_000_000
+                if c.get("name", "").startswith("ProfilerStep#"):
+                    c["name"] = f"ProfilerStep#{int(c['name'].split('#')[1]) + 100 * k}"
+                big.append(c)
+        events_json = json.dumps(big).encode()  # serialised once, spliced into each rank's file
+        for rank in range(LARGE_RANKS):
+            head = {k: v for k, v in trace.items() if k != "traceEvents"}
+            head["distributedInfo"] = dict(trace["distributedInfo"], rank=rank, world_size=LARGE_RANKS)
+            with gzip.open(paths["large"] / f"rank-{rank}.json.gz", "wb", compresslevel=6) as f:
+                f.write(json.dumps(head).encode()[:-1] + b', "traceEvents": ' + events_json + b"}")
+    return paths
+
+
+def uncompressed_mb(path: Path) -> float:
+    total = 0
+    for f in sorted(path.glob("*.json.gz")):
+        with gzip.open(f, "rb") as g:
+            while chunk := g.read(1 << 24):
+                total += len(chunk)
+    return total / 1e6
+
+
+# --- measuring a process tree -----------------------------------------------------------
+
+def _tree_rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(entry))
+            rss[int(entry)] = int(fields[21]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def measure(cmd: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak tree RSS (MB) and stdout of one command."""
+    peak = [0]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss_bytes(proc.pid))
+            done.wait(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err.strip()[-500:]}")
+    return wall, peak[0] / 1e6, out
+
+
+def bench(cmd: list[str], repeat: int) -> tuple[float, float, str]:
+    runs = [measure(cmd) for _ in range(repeat)]
+    return statistics.median(r[0] for r in runs), max(r[1] for r in runs), runs[-1][2]
+
+
+# --- main -------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per tool and input (median time)")
+    parser.add_argument("--skip-large", action="store_true", help="leave out the 8 x 200 MB input")
+    parser.add_argument("--hta-python", default=str(BENCH / "hta-venv" / "bin" / "python"))
+    args = parser.parse_args()
+
+    paths = build_inputs()
+    names = ["one", "four"] + ([] if args.skip_large else ["large"])
+    overlapscope = [sys.executable, "-m", "analyzer.cli", "analyze", "--json"]
+    hta = [args.hta_python, "-c", HTA_SCRIPT] if Path(args.hta_python).exists() else None
+    if hta is None:
+        print(f"HTA not found at {args.hta_python}: measuring overlapscope only (make bench creates it)")
+
+    print(f"{'input':6} {'ranks':>5} {'MB':>7} | {'ours s':>7} {'ours MB':>8} | {'HTA s':>7} {'HTA MB':>7} "
+          f"| {'speedup':>7} {'mem ratio':>9} | overlap % ours / HTA")
+    for name in names:
+        path = paths[name]
+        ranks = len(list(path.glob("*.json.gz")))
+        repeat = 1 if name == "large" else args.repeat
+        ours_s, ours_mb, out = bench(overlapscope + [str(path)], repeat)
+        ours_pct = [r["overlap_pct"] for r in json.loads(out)["ranks"]]
+        line = f"{name:6} {ranks:>5} {uncompressed_mb(path):>7.0f} | {ours_s:>7.2f} {ours_mb:>8.0f} | "
+        if hta:
+            hta_s, hta_mb, hout = bench(hta + [str(path)], repeat)
+            hta_pct = next(l for l in hout.splitlines() if l.startswith("HTA_RESULT")).split("[")[1].split("]")[0]
+            line += (f"{hta_s:>7.2f} {hta_mb:>7.0f} | {hta_s / ours_s:>6.1f}x {ours_mb / hta_mb:>9.2f} | "
+                     f"{ours_pct} / [{hta_pct}]")
+        else:
+            line += f"{'-':>7} {'-':>7} | {'-':>7} {'-':>9} | {ours_pct}"
+        print(line, flush=True)
+    print("speedup = HTA wall time / overlapscope wall time (whole processes); mem ratio = our peak / HTA's peak"
+          " (process trees).\nHTA drops work launched after the last ProfilerStep starts; on these inputs both"
+          " figures are 0.00.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
