@@ -36,3 +36,15 @@ def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
     from . import buckets as buckets_analysis, runinfo
 
     return {"run": runinfo.describe(con, run_id), **buckets_analysis.compute(con, run_id, tokens)}
+
+
+def diagnose(paths: list[str], workers: int | None = None, tokens: float | None = None) -> dict:
+    """The checklist: one finding per rule (failed first) with evidence from the trace."""
+    loaded = load(paths, detail="attribution", workers=workers)
+    return diagnose_run(loaded.con, loaded.run_id, tokens)
+
+
+def diagnose_run(con, run_id: int, tokens: float | None = None) -> dict:
+    from . import diagnose as diagnose_analysis, runinfo
+
+    return {"run": runinfo.describe(con, run_id), **diagnose_analysis.compute(con, run_id, tokens)}

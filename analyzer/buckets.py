@@ -145,8 +145,13 @@ def _memory(con, run_id: int, manifest: dict, stage: str | None, world: int) -> 
              "model_state_bytes": model_bytes, "stage": stage} for rank, peak, reserved in peaks]
 
 
-def compute(con, run_id: int, tokens: float | None = None) -> dict:
-    """The whole ``buckets`` result for a stored run."""
+def context(con, run_id: int, tokens: float | None = None) -> dict:
+    """Everything the buckets and diagnose analyses read, computed once.
+
+    Keys: overlap (ranks, steps), rows (collectives, with internal keys),
+    manifest, device_kind, world, sources (F, W), stage, grad_bytes, steps and
+    model (per step), memory.
+    """
     ov = overlap.compute(con, run_id)
     rows = collectives.compute(con, run_id, overlap_done=True)
     manifest = _manifest(con, run_id)
@@ -156,9 +161,16 @@ def compute(con, run_id: int, tokens: float | None = None) -> dict:
                          sources["latency_s_trace"] if sources["bandwidth_source"] == "trace" else 0.0)
     predict.predict_exposed(con, run_id, rows, device_kind, manifest)
     stage = _stage(manifest, rows)
-    steps, models = _per_step(rows, ov["steps"], sources, manifest, world, tokens, stage, _grad_bytes(manifest, rows))
-    for r in rows:
-        for key in INTERNAL_KEYS:
-            r.pop(key, None)
-    return {"collectives": rows, "summary": _summary(rows), "steps": steps, "model": models,
-            "measured": sources, "memory": _memory(con, run_id, manifest, stage, world)}
+    grad_bytes = _grad_bytes(manifest, rows)
+    steps, models = _per_step(rows, ov["steps"], sources, manifest, world, tokens, stage, grad_bytes)
+    return {"overlap": ov, "rows": rows, "manifest": manifest, "device_kind": device_kind, "world": world,
+            "sources": sources, "stage": stage, "grad_bytes": grad_bytes, "steps": steps, "model": models,
+            "memory": _memory(con, run_id, manifest, stage, world), "tokens": tokens}
+
+
+def compute(con, run_id: int, tokens: float | None = None) -> dict:
+    """The whole ``buckets`` result for a stored run (the JSON contract)."""
+    ctx = context(con, run_id, tokens)
+    rows = [{k: v for k, v in r.items() if k not in INTERNAL_KEYS} for r in ctx["rows"]]
+    return {"collectives": rows, "summary": _summary(rows), "steps": ctx["steps"], "model": ctx["model"],
+            "measured": ctx["sources"], "memory": ctx["memory"]}

@@ -81,9 +81,15 @@ MATMUL_OPS = frozenset({
 })
 
 
+# Gradient-norm ops (clip_grad_norm_): with sharded gradients the global norm
+# needs an all-reduce of the local norms (seed, "Common mistakes").
+NORM_OPS = frozenset({"aten::_foreach_norm", "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm"})
+
+
 def needed_for_attribution(name: str) -> bool:
-    """Host ops an attribution load keeps on GPU traces: launches, matmuls, memory."""
-    return name in MATMUL_OPS or name == "[memory]" or COMM_LAUNCH.match(name) is not None
+    """Host ops an attribution load keeps on GPU traces: launches, matmuls, norms, memory."""
+    return (name in MATMUL_OPS or name in NORM_OPS or name == "[memory]"
+            or COMM_LAUNCH.match(name) is not None)
 
 
 # The collective in a kernel's name, for traces whose kernels carry no

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .api import analyze
+from .api import analyze, analyze_run
+from .cli_common import add_source_arguments, stored_run
 from .report import table
 
 RANK_COLUMNS = [
@@ -23,9 +24,8 @@ STEP_COLUMNS = [
 def add_parser(sub) -> None:
     p = sub.add_parser("analyze", help="compute, comm, exposed comm and overlap per rank and step",
                        description="Exposed communication per rank and per step of per-rank Kineto traces.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files, directories of per-rank files, or .zip")
+    add_source_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON (run, ranks, steps)")
-    p.add_argument("--workers", type=int, default=None, help="parallel decode processes (default: CPUs)")
     p.set_defaults(func=run)
 
 
@@ -49,7 +49,8 @@ def _print_text(result: dict) -> None:
 
 
 def run(args) -> int:
-    result = analyze(args.paths, workers=args.workers)
+    stored = stored_run(args)
+    result = analyze_run(*stored) if stored else analyze(args.paths, workers=args.workers)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .api import buckets
+from .api import buckets, buckets_run
+from .cli_common import add_source_arguments, stored_run
 from .report import table
 
 SUMMARY_COLUMNS = [
@@ -23,11 +24,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("buckets", help="per bucket / unit / phase: comm, exposed, bytes, bus bandwidth, predicted",
                        description="Attribute every collective to its DDP bucket or FSDP unit and phase, "
                                    "and put the seed's model (F, W, T) beside the measurement.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files, directories of per-rank files, or .zip")
+    add_source_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON (collectives, summary, steps, model, ...)")
     p.add_argument("--tokens", type=float, default=None,
                    help="tokens per GPU per micro-batch (default: the tracer manifest's tokens_per_microbatch)")
-    p.add_argument("--workers", type=int, default=None, help="parallel decode processes (default: CPUs)")
     p.set_defaults(func=run)
 
 
@@ -57,7 +57,9 @@ def _print_text(result: dict) -> None:
 
 
 def run(args) -> int:
-    result = buckets(args.paths, workers=args.workers, tokens=args.tokens)
+    stored = stored_run(args)
+    result = (buckets_run(*stored, tokens=args.tokens) if stored
+              else buckets(args.paths, workers=args.workers, tokens=args.tokens))
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()

@@ -26,7 +26,7 @@ from .flops import FLOP_OPS, matmul_flops
 from .inputs import TraceSource, rank_from_name
 from .kineto import (
     DEVICE_ARGS_DECODER, FLOW_TYPES, HOST_ARGS_DECODER, MEMORY_ARGS_DECODER, META_ARGS_DECODER, TRACE_DECODER,
-    Instant, InstantUpper, Meta, Slice,
+    FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
 )
 
 try:  # igzip is 3-4x faster than zlib on trace files; zlib is the fallback
@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - isal is a dependency, but stay usable 
 
 NULL = col.NULL_I64
 _SLICE_TYPES = (Slice, Instant, InstantUpper)
+_FLOW_PH = {FlowStart: "s", FlowStep: "t", FlowEnd: "f"}
 
 
 @dataclass
@@ -472,7 +473,7 @@ def _collectives_table(coll: dict) -> pa.Table:
 
 def _flows_table(flow_evs: list, track_keys: list) -> pa.Table:
     track_index = {k: i for i, k in enumerate(track_keys)}
-    ph_codes, ph_vals = col.intern([e.ph for e in flow_evs])
+    ph_codes, ph_vals = col.intern([_FLOW_PH[type(e)] for e in flow_evs])
     cat_codes, cat_vals = col.intern([e.cat for e in flow_evs])
     return pa.table({
         "flow_id": col.int64(col.optional_ints([e.id for e in flow_evs])),

@@ -24,6 +24,7 @@ class GpuTrace:
     rank: int = 0
     world_size: int = 2
     events: list = field(default_factory=list)
+    device_memory: int = 85_000_000_000
     _corr: int = 1000
     _steps: dict = field(default_factory=dict)
 
@@ -73,10 +74,24 @@ class GpuTrace:
                                  "Process Group Ranks": "[0, 1]"},
                            launch_us=launch_us, tid=tid)
 
+    def cpu_op(self, name: str, start_us: float, dur_us: float, tid: int = 100, **args) -> "GpuTrace":
+        """A CPU op (cat cpu_op); ``args`` go into its Kineto args (flops, Input Dims, External id)."""
+        self.events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 100, "tid": tid,
+                            "ts": BASE_US + start_us, "dur": dur_us, "args": args})
+        return self
+
+    def memory(self, at_us: float, allocated_bytes: int, device: int = 0) -> "GpuTrace":
+        """An allocator event ([memory]) with the allocator's total after it."""
+        self.events.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "s": "t", "pid": 100,
+                            "tid": 100, "ts": BASE_US + at_us,
+                            "args": {"Device Type": 1, "Device Id": device, "Bytes": 1024,
+                                     "Total Allocated": allocated_bytes, "Total Reserved": allocated_bytes}})
+        return self
+
     def to_json(self) -> dict:
         return {
             "schemaVersion": 1,
-            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_000_000_000}],
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": self.device_memory}],
             "distributedInfo": {"backend": "nccl", "rank": self.rank, "world_size": self.world_size},
             "traceEvents": self.events + [
                 {"ph": "M", "name": "thread_name", "pid": 100, "tid": 100, "args": {"name": "python"}},
@@ -134,3 +149,16 @@ def write(trace, path, gz: bool = False) -> str:
         with open(path, "wb") as f:
             f.write(data)
     return path
+
+
+def write_bundle(folder, traces, manifest: dict | None = None) -> str:
+    """A run bundle: rank-<r>.json per trace and, when given, manifest.json."""
+    import os
+
+    os.makedirs(folder, exist_ok=True)
+    for tr in traces:
+        write(tr, os.path.join(str(folder), f"rank-{tr.rank}.json"))
+    if manifest is not None:
+        with open(os.path.join(str(folder), "manifest.json"), "w") as f:
+            json.dump({"schema_version": 1, **manifest}, f)
+    return str(folder)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import gzip
 import json
+from decimal import Decimal
 
 
 def read(path) -> dict:
+    """The trace with every number as an exact Decimal (microseconds with 3 decimals are exact)."""
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rb") as f:
-        return json.load(f)
+        return json.load(f, parse_float=Decimal, parse_int=Decimal)
 
 
 def union(intervals):
@@ -26,13 +28,13 @@ def union(intervals):
     return out
 
 
-def length(intervals) -> float:
-    return sum(e - s for s, e in intervals)
+def length(intervals):
+    return sum((e - s for s, e in intervals), Decimal(0))
 
 
-def intersection(a, b) -> float:
+def intersection(a, b):
     i = j = 0
-    total = 0.0
+    total = Decimal(0)
     while i < len(a) and j < len(b):
         s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
         if e > s:
@@ -51,8 +53,9 @@ def gpu_overlap(trace: dict) -> dict:
     comp = union((e["ts"], e["ts"] + e["dur"]) for e in kernels if "nccl" not in e["name"].lower())
     comm_us = length(comm)
     hidden = intersection(comm, comp)
-    return {"comm_ms": comm_us / 1000, "exposed_comm_ms": (comm_us - hidden) / 1000,
-            "compute_ms": length(comp) / 1000, "overlap_pct": 100 * hidden / comm_us if comm_us else None}
+    return {"comm_ms": float(comm_us / 1000), "exposed_comm_ms": float((comm_us - hidden) / 1000),
+            "compute_ms": float(length(comp) / 1000),
+            "overlap_pct": float(100 * hidden / comm_us) if comm_us else None}
 
 
 def gloo_overlap(trace: dict) -> dict:
@@ -65,5 +68,6 @@ def gloo_overlap(trace: dict) -> dict:
                  if e.get("cat") == "cpu_op" and e["name"].startswith("aten::") and e["tid"] not in comm_threads)
     comm_us = length(comm)
     hidden = intersection(comm, comp)
-    return {"comm_ms": comm_us / 1000, "exposed_comm_ms": (comm_us - hidden) / 1000,
-            "compute_ms": length(comp) / 1000, "overlap_pct": 100 * hidden / comm_us if comm_us else None}
+    return {"comm_ms": float(comm_us / 1000), "exposed_comm_ms": float((comm_us - hidden) / 1000),
+            "compute_ms": float(length(comp) / 1000),
+            "overlap_pct": float(100 * hidden / comm_us) if comm_us else None}

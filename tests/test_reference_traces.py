@@ -40,7 +40,7 @@ def test_matches_an_independent_recomputation(case):
     ref = gpu_overlap(read(path))
     (r,) = result["ranks"]
     for key in ("comm_ms", "exposed_comm_ms", "compute_ms"):
-        assert r[key] == pytest.approx(ref[key], rel=1e-6, abs=1e-6), key
+        assert r[key] == pytest.approx(ref[key], rel=1e-9, abs=1e-9), key
 
 
 def test_steps_add_up(case):

@@ -128,3 +128,11 @@ CREATE TABLE IF NOT EXISTS memory (
     total_allocated_bytes  BIGINT,  -- allocator's allocated bytes after the event
     total_reserved_bytes   BIGINT   -- allocator's reserved bytes after the event
 );
+
+-- Headline figures of each run, written at ingest, for history and CI gates.
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id  INTEGER NOT NULL,
+    name    VARCHAR NOT NULL,  -- exposed_comm_ms, comm_ms, compute_ms, overlap_pct, step_ms, idle_ms
+    value   DOUBLE,            -- over ranks: the worst rank for exposed_comm_ms and step_ms, the mean otherwise
+    PRIMARY KEY (run_id, name)
+);

@@ -1,0 +1,118 @@
+"""The catalog: one embedded DuckDB file holding many runs, for the dashboard and CI.
+
+By default it lives in the user's data directory; ``$OVERLAPSCOPE_DB`` or
+``--db`` choose another file. Runs are stored whole (every event, every
+argument) in one transaction, so a failed ingest leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import store
+from .errors import UsageError
+from .load import load
+
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+def default_path() -> Path:
+    """``$OVERLAPSCOPE_DB``, else ``$XDG_DATA_HOME/overlapscope/catalog.duckdb`` (~/.local/share)."""
+    if os.environ.get("OVERLAPSCOPE_DB"):
+        return Path(os.environ["OVERLAPSCOPE_DB"])
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "overlapscope" / "catalog.duckdb"
+
+
+def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False):
+    """Open (creating it if needed) the catalog file and return a DuckDB connection."""
+    path = Path(path) if path else default_path()
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return store.connect(str(path), read_only=read_only)
+
+
+def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None) -> int:
+    """Store the traces at ``paths`` as run ``name`` with its headline metrics; return its run id."""
+    if not name:
+        raise UsageError("a run needs a name (--run NAME)")
+    run_id = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers).run_id
+    write_metrics(con, run_id)
+    return run_id
+
+
+def write_metrics(con, run_id: int) -> dict:
+    """Compute and store the run's headline figures (the metrics table)."""
+    from . import overlap
+
+    ranks = overlap.compute(con, run_id)["ranks"]
+
+    def values(key):
+        return [r[key] for r in ranks if r[key] is not None]
+
+    figures = {
+        "exposed_comm_ms": max(values("exposed_comm_ms"), default=None),
+        "step_ms": max(values("step_ms"), default=None),
+        "comm_ms": _mean(values("comm_ms")),
+        "compute_ms": _mean(values("compute_ms")),
+        "overlap_pct": _mean(values("overlap_pct")),
+        "idle_ms": _mean(values("idle_ms")),
+    }
+    con.execute("DELETE FROM metrics WHERE run_id = ?", [run_id])
+    con.executemany("INSERT INTO metrics VALUES (?, ?, ?)", [(run_id, k, v) for k, v in figures.items()])
+    return figures
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def runs(con, name: str | None = None) -> list[dict]:
+    """Stored runs (all, or those named ``name``), newest first, with their headline metrics."""
+    cur = con.execute("""
+        SELECT r.run_id, r.name, r.created_at, r.world_size, r.backend, r.device_kind,
+               json_extract_string(r.manifest, '$.parallelism') AS parallelism, r.tags,
+               (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id) AS ranks,
+               m.step_ms, m.exposed_comm_ms, m.comm_ms, m.overlap_pct
+        FROM runs r
+        LEFT JOIN (SELECT run_id,
+                          any_value(value) FILTER (WHERE name = 'step_ms') AS step_ms,
+                          any_value(value) FILTER (WHERE name = 'exposed_comm_ms') AS exposed_comm_ms,
+                          any_value(value) FILTER (WHERE name = 'comm_ms') AS comm_ms,
+                          any_value(value) FILTER (WHERE name = 'overlap_pct') AS overlap_pct
+                   FROM metrics GROUP BY run_id) m USING (run_id)
+        WHERE ? IS NULL OR r.name = ?
+        ORDER BY r.run_id DESC""", [name, name])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def resolve_run(con, ref: str) -> int:
+    """A run id from ``--run NAME|ID`` (the newest run of that name)."""
+    if ref.isdigit():
+        found = con.execute("SELECT run_id FROM runs WHERE run_id = ?", [int(ref)]).fetchone()
+    else:
+        found = con.execute("SELECT max(run_id) FROM runs WHERE name = ?", [ref]).fetchone()
+        found = found if found and found[0] is not None else None
+    if not found:
+        raise UsageError(f"no run {ref!r} in the catalog")
+    return found[0]
+
+
+def sample_bundles(samples_dir: Path = SAMPLES_DIR) -> list[Path]:
+    """The sample runs shipped in sample_traces/ (one folder per bundle)."""
+    if not samples_dir.is_dir():
+        return []
+    return sorted(p for p in samples_dir.iterdir()
+                  if p.is_dir() and any(p.glob("*.json")) or p.is_dir() and any(p.glob("*.json.gz")))
+
+
+def ensure_samples(con, samples_dir: Path = SAMPLES_DIR) -> list[int]:
+    """Load the sample runs into an empty catalog (a new user sees a real analysis)."""
+    if con.execute("SELECT count(*) FROM runs").fetchone()[0]:
+        return []
+    ids = []
+    for bundle in sample_bundles(samples_dir):
+        ids.append(ingest(con, [str(bundle)], name=f"sample/{bundle.name}", tags={"sample": "true"}))
+    return ids

@@ -1,0 +1,26 @@
+"""Arguments shared by the analysis commands: trace paths, or a run from the catalog."""
+
+from __future__ import annotations
+
+from .errors import UsageError
+
+
+def add_source_arguments(p) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH", help="trace files, directories of per-rank files, or .zip")
+    p.add_argument("--run", metavar="NAME|ID", help="a run stored in the catalog instead of paths")
+    p.add_argument("--db", metavar="FILE", help="the catalog file (default: $OVERLAPSCOPE_DB or the user data dir)")
+    p.add_argument("--workers", type=int, default=None, help="parallel decode processes (default: CPUs)")
+
+
+def stored_run(args):
+    """(connection, run id) for ``--run``, or None when paths were given."""
+    if args.run and args.paths:
+        raise UsageError("give trace paths or --run, not both")
+    if not args.run:
+        if not args.paths:
+            raise UsageError("give trace paths (files, directories, .zip) or --run NAME")
+        return None
+    from . import catalog
+
+    con = catalog.open_catalog(args.db, read_only=True)
+    return con, catalog.resolve_run(con, args.run)

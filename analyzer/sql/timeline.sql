@@ -1,0 +1,193 @@
+-- The timeline of one step: per lane (rank x track) the compute, comm and memcpy
+-- marks of the step's window, the exposed parts of comm, and few enough marks
+-- to draw (busy blocks where a lane holds too many).
+-- Inputs: getvariable('run_id'), getvariable('step'), getvariable('max_marks');
+-- temp tables from analyzer/timeline.py: _tl_ranks(rank) (the ranks to show) and
+-- _tl_attr(rank, event_id, coll_kind, coll_id, phase, collective, bytes,
+-- coll_comm_ns, coll_exposed_ns) (the collectives analysis of each comm event).
+-- Output: temp tables timeline_window, timeline_lanes, timeline_marks.
+-- Times: int64 ns on the trace clock, and *_rel_ns from the rank's window start.
+
+-- timeline_window: the step's window on each selected rank (steps.sql).
+CREATE OR REPLACE TEMP TABLE timeline_window AS
+SELECT s.rank, s.window_start_ns AS start_ns, s.window_end_ns AS end_ns
+FROM steps s JOIN _tl_ranks USING (rank)
+WHERE s.run_id = getvariable('run_id') AND s.step = getvariable('step')
+  AND s.window_start_ns IS NOT NULL AND s.window_end_ns > s.window_start_ns;
+
+-- _tl_iv: device work that runs in the window (of any step: work launched in
+-- step N-1 still occupies the device), clipped to the window.
+CREATE OR REPLACE TEMP TABLE _tl_iv AS
+SELECT e.rank, e.event_id, e.track_id, e.kind, e.name,
+       greatest(e.ts_ns, w.start_ns) AS ts_ns, least(e.ts_ns + e.dur_ns, w.end_ns) AS end_ns
+FROM events e JOIN timeline_window w ON e.rank = w.rank
+WHERE e.run_id = getvariable('run_id') AND e.dur_ns > 0
+  AND e.kind IN ('compute', 'comm', 'memcpy', 'memset')
+  AND e.ts_ns < w.end_ns AND e.ts_ns + e.dur_ns > w.start_ns;
+
+-- _tl_compute: the union of the rank's compute in the window (every track):
+-- what can hide comm (DESIGN "exposed comm").
+CREATE OR REPLACE TEMP TABLE _tl_compute_src AS
+SELECT rank AS grp, ts_ns, end_ns FROM _tl_iv WHERE kind = 'compute';
+CREATE OR REPLACE TEMP TABLE _tl_compute AS
+SELECT grp AS rank, ts_ns, end_ns FROM interval_union('_tl_compute_src');
+
+-- _tl_gaps: the window minus the compute union (before the first island,
+-- between islands, after the last; a window without compute is one gap).
+CREATE OR REPLACE TEMP TABLE _tl_gaps AS
+WITH inner_gaps AS (
+    SELECT c.rank,
+           coalesce(lag(c.end_ns) OVER (PARTITION BY c.rank ORDER BY c.ts_ns), w.start_ns) AS ts_ns,
+           c.ts_ns AS end_ns
+    FROM _tl_compute c JOIN timeline_window w USING (rank)
+), tail_gaps AS (
+    SELECT w.rank, coalesce(max(c.end_ns), w.start_ns) AS ts_ns, w.end_ns
+    FROM timeline_window w LEFT JOIN _tl_compute c USING (rank)
+    GROUP BY w.rank, w.start_ns, w.end_ns
+)
+SELECT * FROM (SELECT * FROM inner_gaps UNION ALL SELECT * FROM tail_gaps)
+WHERE end_ns > ts_ns;
+
+-- _tl_exposed: the exposed pieces of each comm event: its parts that fall in a
+-- gap of the compute union. A plain range join (not overlap_ns(...) > 0) so that
+-- DuckDB can plan it as an inequality join.
+CREATE OR REPLACE TEMP TABLE _tl_exposed AS
+SELECT m.rank, m.event_id, m.track_id, 'exposed' AS kind, m.name,
+       greatest(m.ts_ns, g.ts_ns) AS ts_ns, least(m.end_ns, g.end_ns) AS end_ns
+FROM _tl_iv m JOIN _tl_gaps g ON g.rank = m.rank AND g.ts_ns < m.end_ns AND g.end_ns > m.ts_ns
+WHERE m.kind = 'comm';
+
+-- _tl_pieces: everything one could draw, with its group (rank, track, kind).
+-- Marks inside an earlier mark of their group are dropped: CPU traces nest
+-- aten ops (aten::linear holds aten::addmm), and the outer one is what a lane shows.
+CREATE OR REPLACE TEMP TABLE _tl_pieces AS
+WITH all_pieces AS (
+    SELECT rank, event_id, track_id, kind, name, ts_ns, end_ns FROM _tl_iv
+    UNION ALL
+    SELECT rank, event_id, track_id, kind, name, ts_ns, end_ns FROM _tl_exposed
+), ordered AS (
+    SELECT *,
+           max(end_ns) OVER (PARTITION BY rank, track_id, kind ORDER BY ts_ns, end_ns DESC, event_id
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS outer_end_ns
+    FROM all_pieces
+)
+SELECT dense_rank() OVER (ORDER BY rank, track_id, kind) AS gid,
+       rank, event_id, track_id, kind, name, ts_ns, end_ns
+FROM ordered
+WHERE outer_end_ns IS NULL OR end_ns > outer_end_ns;
+
+-- _tl_budget: how many marks each group may draw. Max-min fair: groups are
+-- taken smallest first, each gets an equal share of what is left of max_marks;
+-- a group that fits its share is drawn whole, the first that does not fit and
+-- every larger one get that share and are merged into busy blocks.
+CREATE OR REPLACE TEMP TABLE _tl_budget AS
+WITH counts AS (
+    SELECT gid, any_value(rank) AS rank, count(*) AS n FROM _tl_pieces GROUP BY gid
+), ranked AS (
+    SELECT gid, rank, n,
+           coalesce(sum(n) OVER (ORDER BY n, gid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_n,
+           row_number() OVER (ORDER BY n, gid) AS i,
+           count(*) OVER () AS groups
+    FROM counts
+), shares AS (
+    SELECT *, greatest(1, (getvariable('max_marks') - before_n) // (groups - i + 1)) AS share FROM ranked
+), first_capped AS (
+    SELECT min(i) AS i FROM shares WHERE n > share
+)
+SELECT s.gid, s.n,
+       CASE WHEN f.i IS NULL OR s.i < f.i THEN NULL
+            ELSE (SELECT share FROM shares WHERE i = f.i) END AS cap
+FROM shares s, first_capped f;
+
+-- _tl_res: the merge resolution of each capped group. Marks closer than res_ns
+-- merge; each block but the last is followed by a gap of at least res_ns, so a
+-- window of length L holds at most L / res_ns + 1 <= cap blocks.
+CREATE OR REPLACE TEMP TABLE _tl_res AS
+SELECT b.gid, b.cap,
+       CASE WHEN b.cap <= 1 THEN (w.end_ns - w.start_ns) + 1
+            ELSE ((w.end_ns - w.start_ns) + b.cap - 2) // (b.cap - 1) END AS res_ns
+FROM _tl_budget b
+JOIN (SELECT DISTINCT gid, rank FROM _tl_pieces) p USING (gid)
+JOIN timeline_window w USING (rank)
+WHERE b.cap IS NOT NULL;
+
+-- _tl_blocks: the busy blocks of capped groups (union of marks stretched by res_ns).
+CREATE OR REPLACE TEMP TABLE _tl_stretched AS
+SELECT p.gid AS grp, p.ts_ns, p.end_ns + r.res_ns AS end_ns
+FROM _tl_pieces p JOIN _tl_res r USING (gid);
+CREATE OR REPLACE TEMP TABLE _tl_blocks AS
+SELECT u.grp AS gid, u.ts_ns, u.end_ns - r.res_ns AS end_ns
+FROM interval_union('_tl_stretched') u JOIN _tl_res r ON r.gid = u.grp;
+
+-- _tl_block_busy: time the block's own marks cover (a block also spans the short gaps it merged).
+CREATE OR REPLACE TEMP TABLE _tl_capped_src AS
+SELECT p.gid AS grp, p.ts_ns, p.end_ns FROM _tl_pieces p JOIN _tl_res USING (gid);
+CREATE OR REPLACE TEMP TABLE _tl_block_busy AS
+SELECT b.gid, b.ts_ns, sum(u.end_ns - u.ts_ns)::BIGINT AS busy_ns
+FROM interval_union('_tl_capped_src') u
+ASOF JOIN _tl_blocks b ON b.gid = u.grp AND u.ts_ns >= b.ts_ns
+GROUP BY ALL;
+
+-- _tl_block_marks: one row per block: how many marks it merged, the longest one's name.
+CREATE OR REPLACE TEMP TABLE _tl_block_marks AS
+SELECT b.gid, b.ts_ns, b.end_ns, count(*) AS marks,
+       arg_max(p.name, p.end_ns - p.ts_ns) AS name,
+       arg_max(p.event_id, p.end_ns - p.ts_ns) AS event_id
+FROM _tl_pieces p JOIN _tl_res USING (gid)
+ASOF JOIN _tl_blocks b ON b.gid = p.gid AND p.ts_ns >= b.ts_ns
+GROUP BY ALL;
+
+-- timeline_lanes: one lane per rank and track that has marks.
+CREATE OR REPLACE TEMP TABLE timeline_lanes AS
+SELECT DISTINCT p.rank, p.track_id, t.kind AS track_kind,
+       coalesce(t.name, 'track ' || p.track_id) AS track
+FROM _tl_pieces p
+LEFT JOIN tracks t ON t.run_id = getvariable('run_id') AND t.rank = p.rank AND t.track_id = p.track_id;
+
+-- timeline_marks: what to draw. Raw marks of uncapped groups (marks = 1) and the
+-- blocks of capped groups (marks = n merged; busy_ns = time they cover), with
+-- the collective's attribution for comm and exposed marks.
+CREATE OR REPLACE TEMP TABLE timeline_marks AS
+WITH drawn AS (
+    SELECT p.gid, p.rank, p.track_id, p.kind, p.name, p.event_id, p.ts_ns, p.end_ns,
+           1 AS marks, p.end_ns - p.ts_ns AS busy_ns
+    FROM _tl_pieces p JOIN _tl_budget b USING (gid)
+    WHERE b.cap IS NULL
+    UNION ALL
+    SELECT m.gid, g.rank, g.track_id, g.kind, m.name, m.event_id, m.ts_ns, m.end_ns,
+           m.marks, coalesce(bb.busy_ns, 0)
+    FROM _tl_block_marks m
+    JOIN (SELECT DISTINCT gid, rank, track_id, kind FROM _tl_pieces) g USING (gid)
+    LEFT JOIN _tl_block_busy bb USING (gid, ts_ns)
+)
+SELECT d.rank, d.track_id, d.kind, d.name, d.event_id, d.marks,
+       d.ts_ns - w.start_ns AS start_rel_ns, d.end_ns - w.start_ns AS end_rel_ns, d.busy_ns,
+       a.coll_kind, a.coll_id, a.phase, a.collective, a.bytes, a.coll_comm_ns, a.coll_exposed_ns
+FROM drawn d
+JOIN timeline_window w USING (rank)
+LEFT JOIN _tl_attr a ON d.kind IN ('comm', 'exposed') AND d.marks = 1
+                    AND a.rank = d.rank AND a.event_id = d.event_id
+ORDER BY d.rank, d.track_id, d.kind, d.ts_ns;
+
+-- timeline_summary: per rank, what the window holds: compute, comm and exposed
+-- comm as unions over every track (exposed comm here is the window's; the
+-- overview's per-step figure counts the comm the step launched instead).
+CREATE OR REPLACE TEMP TABLE _tl_sum_src AS
+SELECT rank::BIGINT * 2 AS grp, ts_ns, end_ns FROM _tl_iv WHERE kind = 'comm'
+UNION ALL
+SELECT rank::BIGINT * 2 + 1, ts_ns, end_ns FROM _tl_exposed;
+CREATE OR REPLACE TEMP TABLE timeline_summary AS
+WITH lens AS (
+    SELECT grp, sum(end_ns - ts_ns)::BIGINT AS len_ns FROM interval_union('_tl_sum_src') GROUP BY grp
+), compute AS (
+    SELECT rank, sum(end_ns - ts_ns)::BIGINT AS compute_ns FROM _tl_compute GROUP BY rank
+)
+SELECT w.rank, w.start_ns, w.end_ns, w.end_ns - w.start_ns AS window_ns,
+       coalesce(c.compute_ns, 0) AS compute_ns,
+       coalesce(cm.len_ns, 0) AS comm_ns,
+       coalesce(ex.len_ns, 0) AS exposed_ns
+FROM timeline_window w
+LEFT JOIN compute c USING (rank)
+LEFT JOIN lens cm ON cm.grp = w.rank::BIGINT * 2
+LEFT JOIN lens ex ON ex.grp = w.rank::BIGINT * 2 + 1
+ORDER BY w.rank;
