@@ -11,6 +11,7 @@ import gzip
 import json
 import math
 import zlib
+from itertools import repeat
 from operator import attrgetter
 from dataclasses import dataclass, field
 
@@ -25,7 +26,8 @@ from .errors import InputError
 from .flops import FLOP_OPS, matmul_flops
 from .inputs import TraceSource, rank_from_name
 from .kineto import (
-    DEVICE_ARGS_DECODER, FLOW_TYPES, HOST_ARGS_DECODER, MEMORY_ARGS_DECODER, META_ARGS_DECODER, TRACE_DECODER,
+    DEVICE_ARGS_DECODER, FLOW_TYPES, HOST_ARGS_DECODER, MEMORY_ARGS_DECODER, META_ARGS_DECODER,
+    CORRELATION_DECODER, OVERLAP_TRACE_DECODER, TRACE_DECODER,
     FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
 )
 
@@ -37,6 +39,8 @@ except ImportError:  # pragma: no cover - isal is a dependency, but stay usable 
 NULL = col.NULL_I64
 _SLICE_TYPES = (Slice, Instant, InstantUpper)
 _FLOW_PH = {FlowStart: "s", FlowStep: "t", FlowEnd: "f"}
+# 1 slice or instant, 2 flow, 3 metadata, 0 ignored (also the bare structs of the overlap decoder)
+_TYPE_CODE = {**{t: 1 for t in _SLICE_TYPES}, **{t: 2 for t in FLOW_TYPES}, Meta: 3}
 
 
 @dataclass
@@ -61,12 +65,12 @@ def decompress(data: bytes, where: str) -> bytes:
         raise InputError(where, f"truncated or corrupt gzip data ({err})") from None
 
 
-def parse(data: bytes, where: str):
+def parse(data: bytes, where: str, decoder=TRACE_DECODER):
     """msgspec-decode the trace; every failure becomes one line naming the file."""
     if not data.strip():
         raise InputError(where, "empty file")
     try:
-        trace = TRACE_DECODER.decode(data)
+        trace = decoder.decode(data)
     except msgspec.ValidationError as err:
         msg = str(err)
         if "missing required field `traceEvents`" in msg or "got `array`" in msg and msg.endswith("`$`"):
@@ -194,11 +198,12 @@ _HOST_ONLY_CATEGORIES = {"cpu_op", "python_function", "cpu_instant_event"}
 
 def _split(evs: list) -> tuple[list, list, list, int]:
     """Slices and instants, flows, metadata, and the count of ignored phases."""
-    types = list(map(type, evs))
-    slices = [e for e, t in zip(evs, types) if t in _SLICE_TYPES]
-    flows = [e for e, t in zip(evs, types) if t in FLOW_TYPES]
-    meta = [e for e, t in zip(evs, types) if t is Meta]
-    return slices, flows, meta, len(evs) - len(slices) - len(flows) - len(meta)
+    codes = np.fromiter(map(_TYPE_CODE.get, map(type, evs), repeat(0)), dtype=np.int8, count=len(evs))
+    take = evs.__getitem__
+    slices = list(map(take, np.flatnonzero(codes == 1).tolist()))
+    flows = list(map(take, np.flatnonzero(codes == 2).tolist()))
+    meta = list(map(take, np.flatnonzero(codes == 3).tolist()))
+    return slices, flows, meta, int(np.count_nonzero(codes == 0))
 
 
 def _project(slices: list, detail: str) -> list:
@@ -233,7 +238,8 @@ def decode_source(source: TraceSource, detail: str = "full") -> RankData:
     """Read, decode and classify one rank's trace file, keeping ``detail`` (see DETAILS)."""
     full = detail == "full"
     where = source.display
-    trace = parse(decompress(source.read_bytes(), where), where)
+    decoder = OVERLAP_TRACE_DECODER if detail == "overlap" else TRACE_DECODER
+    trace = parse(decompress(source.read_bytes(), where), where, decoder)
     meta = _rank_facts(trace, source)
     slices, flow_evs, meta_evs, ignored = _split(trace.traceEvents)
     counts = {"events": len(trace.traceEvents), "slices": len(slices), "flows": len(flow_evs), "ignored": ignored}
@@ -265,11 +271,16 @@ def decode_source(source: TraceSource, detail: str = "full") -> RankData:
         () if detail == "overlap" else ("cpu_op", "compute", "annotation", "sync", "other"))]
     host_rows = np.flatnonzero(~is_device_cat & np.isin(kind, host_kinds))
     device_rows = np.flatnonzero(is_device_cat)
-    coll = _fill_args(slices, device_rows, host_rows, cols, kind, names, name_codes)
+    if detail == "overlap":
+        named = _fill_args_overlap(slices, device_rows, host_rows, cols, kind)
+        coll = None
+    else:
+        coll = _fill_args(slices, device_rows, host_rows, cols, kind, names, name_codes)
+        named = np.array(coll["event_id"], dtype=np.int64)
     # Collective kernels named differently from every rule still carry "Collective name".
-    if gpu_trace and coll["event_id"]:
+    if gpu_trace and len(named):
         has_coll = np.zeros(n, dtype=bool)
-        has_coll[coll["event_id"]] = True
+        has_coll[named] = True
         kind[(cat_codes == cats.index("kernel")) & has_coll] = KIND_CODE["comm"]
 
     tracks = _tracks(track_keys, track_codes, kind, is_device_cat, meta_evs)
@@ -301,11 +312,29 @@ def decode_source(source: TraceSource, detail: str = "full") -> RankData:
         meta=meta,
         events=events,
         tracks=tracks["table"],
-        collectives=_collectives_table(coll),
+        collectives=_collectives_table(coll if coll is not None else _NO_COLLECTIVES),
         flows=_flows_table(flow_evs if full else [], track_keys),
         memory=_memory_table(slices, np.flatnonzero(is_memory), ts_ns, track_codes),
         counts=counts,
     )
+
+
+def _fill_args_overlap(slices, device_rows, host_rows, cols: _Columns, kind) -> np.ndarray:
+    """The overlap detail's args: correlation ids and whether a kernel names a collective.
+
+    Returns the device rows whose args carry "Collective name".
+    """
+    named = np.zeros(0, dtype=np.int64)
+    if len(device_rows):
+        dargs = DEVICE_ARGS_DECODER.decode(_json_array([slices[i].args for i in device_rows.tolist()]))
+        cols.correlation[device_rows] = col.optional_ints(list(map(attrgetter("correlation"), dargs)))
+        has = np.fromiter((a.collective is not None for a in dargs), dtype=bool, count=len(dargs))
+        named = device_rows[has]
+    runtime = host_rows[kind[host_rows] == KIND_CODE["runtime"]]
+    if len(runtime):
+        rargs = CORRELATION_DECODER.decode(_json_array([slices[i].args for i in runtime.tolist()]))
+        cols.correlation[runtime] = col.optional_ints(list(map(attrgetter("correlation"), rargs)))
+    return named
 
 
 def _fill_args(slices, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
@@ -440,6 +469,10 @@ def _assign_steps(kind, name_codes, names, ts_ns, dur_ns, device_rows, launch_ts
     when[has_launch] = launch_ts[has_launch]  # device work belongs to the step that launched it
     step[:] = lookup(when)
     return step
+
+
+_NO_COLLECTIVES = {k: [] for k in ("event_id", "collective", "in_elems", "out_elems", "group_size", "dtype",
+                                   "pg_name", "pg_desc", "pg_ranks", "elements", "min_elements")}
 
 
 def _collectives_table(coll: dict) -> pa.Table:
