@@ -27,10 +27,17 @@ def default_path() -> Path:
 
 def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False):
     """Open (creating it if needed) the catalog file and return a DuckDB connection."""
+    import duckdb
+
     path = Path(path) if path else default_path()
+    if read_only and not path.exists():
+        raise UsageError(f"{path}: no catalog here yet (store a run with: overlapscope ingest PATH --run NAME)")
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
-    return store.connect(str(path), read_only=read_only)
+    try:
+        return store.connect(str(path), read_only=read_only)
+    except duckdb.IOException as err:  # another process holds the file (a running dashboard)
+        raise UsageError(f"{path}: cannot open the catalog: {str(err).splitlines()[0]}") from None
 
 
 def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None) -> int:
