@@ -67,6 +67,9 @@ def test_cli_ingest_history_and_run(tmp_path, db, capsys):
 
 def test_unknown_run_and_bad_tag(tmp_path, db, capsys):
     assert main(["analyze", "--run", "nope"]) == 2
+    assert "no catalog here yet" in capsys.readouterr().err
+    assert main(["ingest", bundle(tmp_path / "a"), "--run", "x"]) == 0
+    assert main(["analyze", "--run", "nope"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
     assert main(["ingest", bundle(tmp_path / "a"), "--run", "x", "--tag", "novalue"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
