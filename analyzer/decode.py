@@ -194,6 +194,7 @@ class _Columns:
 # CPU-only traces keep all their events at every level: their ops are the compute.
 DETAILS = ("overlap", "attribution", "full")
 _HOST_ONLY_CATEGORIES = {"cpu_op", "python_function", "cpu_instant_event"}
+_OVERLAP_KINDS = ("compute", "comm", "memcpy", "memset", "sync", "step")
 
 
 def _split(evs: list) -> tuple[list, list, list, int]:
@@ -290,21 +291,24 @@ def decode_source(source: TraceSource, detail: str = "full") -> RankData:
     launch_ts = _launch_ts(kind, cols.correlation, ts_ns, device_rows)
     step = _assign_steps(kind, name_codes, names, ts_ns, dur_ns, device_rows, launch_ts)
 
+    # The overlap analysis reads device work and steps only: the rest stays in the worker.
+    keep = (np.flatnonzero(np.isin(kind, [KIND_CODE[k] for k in _OVERLAP_KINDS])) if detail == "overlap"
+            else slice(None))
     events = pa.table({
-        "event_id": col.int64(np.arange(n, dtype=np.int64)),
-        "track_id": col.int32(track_codes),
-        "ts_ns": col.int64(ts_ns),
-        "dur_ns": col.int64(dur_ns),
-        "name": col.dictionary(name_codes, names),
-        "cat": col.dictionary(cat_codes, cats),
-        "kind": col.dictionary(kind.astype(np.int32), list(classify.KINDS)),
-        "step": col.int64(step),
-        "correlation": col.int64(cols.correlation),
-        "external_id": col.int64(cols.external_id),
-        "stream": col.int64(cols.stream),
-        "device": col.int64(cols.device),
-        "launch_ts_ns": col.int64(launch_ts),
-        "flops": col.float64(cols.flops),
+        "event_id": col.int64(np.arange(n, dtype=np.int64)[keep]),
+        "track_id": col.int32(track_codes[keep]),
+        "ts_ns": col.int64(ts_ns[keep]),
+        "dur_ns": col.int64(dur_ns[keep]),
+        "name": col.dictionary(name_codes[keep], names),
+        "cat": col.dictionary(cat_codes[keep], cats),
+        "kind": col.dictionary(kind.astype(np.int32)[keep], list(classify.KINDS)),
+        "step": col.int64(step[keep]),
+        "correlation": col.int64(cols.correlation[keep]),
+        "external_id": col.int64(cols.external_id[keep]),
+        "stream": col.int64(cols.stream[keep]),
+        "device": col.int64(cols.device[keep]),
+        "launch_ts_ns": col.int64(launch_ts[keep]),
+        "flops": col.float64(cols.flops[keep]),
         **({"args": col.raw_json(list(map(attrgetter("args"), slices)))} if full else {}),
     })
     meta.update(device_kind="gpu" if gpu_trace else "cpu")
