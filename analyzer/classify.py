@@ -164,32 +164,35 @@ def aten_mask(names: list[str]) -> np.ndarray:
 # fsdp_forward      unit fqn     FSDP2 pre_forward / forward_prefetch; FSDP1 _pre_forward
 # ddp_forward       -            DistributedDataParallel.forward
 # launch            collective   the backend's CPU range around a launch (nccl:all_to_all)
+# (pattern, role, root_when_unnamed): FSDP2 names the unit after the range, and
+# a range without a name belongs to the root unit (""); FSDP1 never names the
+# unit (arg None: attribution infers it from the order).
 _ROLE_RULES = (
-    (re.compile(r"^overlapscope:ddp_bucket#(\d+)$"), "ddp_bucket"),
-    (re.compile(r"^overlapscope:microbatch#(\d+)$"), "microbatch"),
-    (re.compile(r"^FSDP::all_gather(?: \((.*)\))?$"), "fsdp_all_gather"),
-    (re.compile(r"^FSDP::post_backward_reduce(?: \((.*)\))?$"), "fsdp_reduce"),
-    (re.compile(r"^FullyShardedDataParallel\._post_backward_hook()$"), "fsdp_reduce"),
+    (re.compile(r"^overlapscope:ddp_bucket#(\d+)$"), "ddp_bucket", False),
+    (re.compile(r"^overlapscope:microbatch#(\d+)$"), "microbatch", False),
+    (re.compile(r"^FSDP::all_gather(?: \((.*)\))?$"), "fsdp_all_gather", True),
+    (re.compile(r"^FSDP::post_backward_reduce(?: \((.*)\))?$"), "fsdp_reduce", True),
+    (re.compile(r"^FullyShardedDataParallel\._post_backward_hook$"), "fsdp_reduce", False),
     (re.compile(r"^FSDP::(?:pre_backward|post_backward_\w+|root_post_backward_callback)(?: \((.*)\))?$"),
-     "fsdp_backward"),
-    (re.compile(r"^FSDP::backward_prefetch for (.*)$"), "fsdp_backward"),
+     "fsdp_backward", True),
+    (re.compile(r"^FSDP::backward_prefetch for (.*)$"), "fsdp_backward", False),
     (re.compile(r"^FullyShardedDataParallel\.(?:_pre_backward_hook|_pre_backward_prefetch|"
-                r"_post_backward_prefetch|_post_backward_final_callback)()$"), "fsdp_backward"),
-    (re.compile(r"^FSDP::(?:pre_forward|root_pre_forward)(?: \((.*)\))?$"), "fsdp_forward"),
-    (re.compile(r"^FSDP::forward_prefetch for (.*)$"), "fsdp_forward"),
-    (re.compile(r"^FullyShardedDataParallel\.(?:_pre_forward|_pre_forward_prefetch)()$"), "fsdp_forward"),
-    (re.compile(r"^DistributedDataParallel\.forward()$"), "ddp_forward"),
-    (re.compile(r"^(?:nccl|rccl|gloo|ucc|mpi):(\w+)$"), "launch"),
+                r"_post_backward_prefetch|_post_backward_final_callback)$"), "fsdp_backward", False),
+    (re.compile(r"^FSDP::(?:pre_forward|root_pre_forward)(?: \((.*)\))?$"), "fsdp_forward", True),
+    (re.compile(r"^FSDP::forward_prefetch for (.*)$"), "fsdp_forward", False),
+    (re.compile(r"^FullyShardedDataParallel\.(?:_pre_forward|_pre_forward_prefetch)$"), "fsdp_forward", False),
+    (re.compile(r"^DistributedDataParallel\.forward$"), "ddp_forward", False),
+    (re.compile(r"^(?:nccl|rccl|gloo|ucc|mpi):(\w+)$"), "launch", False),
 )
 
 
 def annotation_role(name: str) -> tuple[str, str | None] | None:
     """(role, arg) of a range that attribution reads, or None (table above)."""
-    for pattern, role in _ROLE_RULES:
+    for pattern, role, root_when_unnamed in _ROLE_RULES:
         m = pattern.match(name)
         if m:
             arg = m.group(1) if m.groups() else None
-            return role, (arg if arg is not None else ("" if role.startswith("fsdp") else None))
+            return role, ("" if arg is None and root_when_unnamed else arg)
     return None
 
 

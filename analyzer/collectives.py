@@ -75,6 +75,8 @@ def _bus_factors(rows: list[dict], manifest: dict, world_size: int) -> None:
     for r in rows:
         n = r["group_size"] or defaults.get(r["collective"] or "", world_size)
         r["group_size"] = n
+        if r.pop("shard_only", False) and r["bytes"] and n:
+            r["bytes"] *= n  # nccl-tests' all-gather size is the gathered output
         key = (r["collective"] or "", n or 0)
         if key not in cache:
             try:
@@ -85,6 +87,28 @@ def _bus_factors(rows: list[dict], manifest: dict, world_size: int) -> None:
         seconds = r["comm_ns"] / 1e9
         r["busbw_gbps"] = (round(r["bytes"] / seconds * factor / 1e9, 4)
                            if r["bytes"] and factor and seconds > 0 else None)
+
+
+def _name_inferred_units(rows: list[dict], manifest: dict) -> None:
+    """FSDP1 does not name its units: read the k-th collective of each phase as the
+    k-th unit in the manifest's order (forward gathers), its reverse among the
+    resharded units (backward gathers) or its reverse (reduce-scatters and the
+    HSDP all-reduces). The rows stay marked inferred."""
+    units = manifest.get("units") or []
+    if not units:
+        return
+    orders = {
+        "forward_allgather": [u["name"] for u in units],
+        "backward_allgather": [u["name"] for u in reversed(units) if u.get("reshard_after_forward", True)],
+        "reduce_scatter": [u["name"] for u in reversed(units)],
+        "allreduce": [u["name"] for u in reversed(units)],
+    }
+    for r in rows:
+        if r["kind"] == "fsdp_unit" and r["inferred"] and str(r["id"]).startswith("unit#"):
+            order = orders.get(r["phase"], [])
+            k = int(r["id"][5:])
+            if k < len(order):
+                r["id"] = order[k]
 
 
 def compute(con, run_id: int, overlap_done: bool = False) -> list[dict]:
@@ -99,6 +123,7 @@ def compute(con, run_id: int, overlap_done: bool = False) -> list[dict]:
     manifest = _manifest(con, run_id)
     world = con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
     _bus_factors(rows, manifest, world)
+    _name_inferred_units(rows, manifest)
     out = []
     for r in rows:
         out.append({

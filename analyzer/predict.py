@@ -125,13 +125,16 @@ def _replay_fsdp(con, run_id: int, rows: list[dict], device_kind: str, reshard: 
         by_phase = {(r["id"], r["phase"]): r for r in group}
         sizes = {u: (by_phase[(u, "forward_allgather")]["bytes"] or 0) for u in order}
         total = sum(sizes.values()) or 1
-        units = []
+        units, reduce_parts = [], {}
         for u in order:
             ag = by_phase[(u, "forward_allgather")]["predicted_comm_ms"] / 1e3
-            rs = by_phase.get((u, "reduce_scatter"))
+            # the reduce after a unit's backward: its reduce-scatter, then (HSDP) the
+            # all-reduce across replicas, one after the other on the comm lane
+            parts = [by_phase[(u, p)]["predicted_comm_ms"] / 1e3 for p in ("reduce_scatter", "allreduce")
+                     if (u, p) in by_phase]
+            reduce_parts[u] = parts
             share = sizes[u] / total
-            units.append(FsdpUnit(u, forward_s * share, backward_s * share, ag,
-                                  rs["predicted_comm_ms"] / 1e3 if rs else 0.0))
+            units.append(FsdpUnit(u, forward_s * share, backward_s * share, ag, sum(parts)))
         if not units:
             continue
         options = FsdpOptions(forward_prefetch=device_kind == "gpu", backward_prefetch=True,
@@ -140,7 +143,13 @@ def _replay_fsdp(con, run_id: int, rows: list[dict], device_kind: str, reshard: 
         for span in replay_fsdp(units, options).spans:
             exposed[(span.unit, span.phase)] += span.exposed_s
         for r in group:
-            if (r["id"], r["phase"]) in exposed:
+            if r["phase"] in ("reduce_scatter", "allreduce") and (r["id"], "reduce_scatter") in exposed:
+                # split the unit's reduce exposure between its reduce-scatter and all-reduce by time
+                parts = reduce_parts.get(r["id"]) or [0.0]
+                mine = r["predicted_comm_ms"] / 1e3
+                total_s = sum(parts) or 1.0
+                r["predicted_exposed_ms"] = round(exposed[(r["id"], "reduce_scatter")] * mine / total_s * 1e3, 6)
+            elif (r["id"], r["phase"]) in exposed:
                 r["predicted_exposed_ms"] = round(exposed[(r["id"], r["phase"])] * 1e3, 6)
 
 

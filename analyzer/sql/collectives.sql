@@ -38,7 +38,7 @@ WITH spans AS (
 ), launches AS (
     SELECT e.rank, e.event_id AS launch_id, e.track_id AS launch_track, e.ts_ns AS launch_ts_ns,
            e.ts_ns + e.dur_ns AS launch_end_ns, f.family, f.kind,
-           c.elements AS full_elements, c.bytes AS full_bytes, c.dtype,
+           c.elements AS full_elements, c.bytes AS full_bytes, c.dtype, c.min_elements AS launch_min_elements,
            CASE WHEN f.family = 'gather' THEN c.min_elements ELSE c.elements END AS elements,
            row_number() OVER (PARTITION BY e.rank, f.family,
                               CASE WHEN f.family = 'gather' THEN c.min_elements ELSE c.elements END
@@ -49,13 +49,16 @@ WITH spans AS (
     WHERE e.run_id = getvariable('run_id') AND e.kind = 'comm_launch' AND e.name LIKE 'c10d::%'
 )
 SELECT s.rank, s.event_id, l.launch_id, l.launch_track, l.launch_ts_ns, l.launch_end_ns,
-       l.kind AS launch_kind, l.full_elements, l.full_bytes
+       l.kind AS launch_kind, l.full_elements, l.full_bytes,
+       -- an all-gather launch that lists only its input (FSDP1's allgather_) records the shard
+       l.kind = 'all_gather' AND l.full_elements = l.launch_min_elements AS shard_only
 FROM spans s JOIN launches l USING (rank, family, elements, k);
 
 -- _co_launch: one launch per transfer (GPU or CPU).
 CREATE OR REPLACE TEMP TABLE _co_launch AS
 SELECT rank, event_id, launch_id, launch_track, launch_ts_ns, launch_end_ns,
-       NULL::VARCHAR AS launch_kind, NULL::BIGINT AS full_elements, NULL::BIGINT AS full_bytes
+       NULL::VARCHAR AS launch_kind, NULL::BIGINT AS full_elements, NULL::BIGINT AS full_bytes,
+       false AS shard_only
 FROM _co_launch_gpu
 UNION ALL
 SELECT * FROM _co_launch_cpu;
@@ -87,7 +90,7 @@ CREATE OR REPLACE TEMP TABLE _co_attr AS
 WITH base AS (
     SELECT t.*, l.launch_id, l.launch_ts_ns AS cpu_launch_ts_ns,
            coalesce(l.launch_kind, lf.kind, f.kind) AS coll_kind,
-           coalesce(l.full_bytes, t.bytes) AS nbytes,
+           coalesce(l.full_bytes, t.bytes) AS nbytes, coalesce(l.shard_only, false) AS shard_only,
            x.bucket, x.microbatch, x.gather_unit, x.reduce_unit,
            coalesce(x.in_backward, false) AS in_backward, coalesce(x.in_fsdp, false) AS in_fsdp
     FROM _co_transfer t
@@ -151,7 +154,7 @@ FROM rated;
 -- collective_stats: one row per transfer.
 CREATE OR REPLACE TEMP TABLE collective_stats AS
 SELECT a.rank, a.step, a.event_id, a.kind, a.id, a.phase, a.inferred, a.microbatch,
-       a.coll_kind AS collective, a.nbytes AS bytes, a.dtype, a.group_size, a.pg_name,
+       a.coll_kind AS collective, a.nbytes AS bytes, a.shard_only, a.dtype, a.group_size, a.pg_name,
        a.ts_ns, a.end_ns, a.dur_ns AS comm_ns, a.cpu_launch_ts_ns,
        a.ts_ns - st.window_start_ns AS offset_ns,  -- start within its step's window
        (gb.before + gb.rate * (least(a.end_ns, gb.end_ns) - gb.ts_ns))
