@@ -48,12 +48,14 @@ def _sources(con, run_id: int, manifest: dict, rows: list[dict]) -> dict:
     w_trace = measure.bandwidth(rows)
     cal = manifest.get("calibration") or {}
     f_cal, w_cal = cal.get("flops_per_s"), cal.get("bus_bandwidth_bytes_per_s")
+    w_used = w_cal or w_trace["bus_bandwidth_bytes_per_s"]
     return {
         "flops_per_s_trace": f_trace["flops_per_s"],
         "flops_per_s_calibration": f_cal,
         "bus_bandwidth_bytes_per_s_trace": w_trace["bus_bandwidth_bytes_per_s"],
         "bus_bandwidth_bytes_per_s_calibration": w_cal,
-        "latency_s_trace": w_trace["latency_s"],
+        # latency term of one collective, fitted on this trace's small collectives given W
+        "latency_s": measure.latency(rows, w_used)["latency_s"],
         # the model uses the calibration when there is one (measured apart from the run)
         "flops_per_s": f_cal or f_trace["flops_per_s"],
         "bus_bandwidth_bytes_per_s": w_cal or w_trace["bus_bandwidth_bytes_per_s"],
@@ -89,8 +91,13 @@ def _summary(rows: list[dict]) -> list[dict]:
     return sorted(out, key=lambda s: -(s["exposed_ms"] or 0))
 
 
+CPU_CAVEAT = ("CPU-only run: gloo's threads share the CPU cores with compute, so communication overlaps "
+              "compute less than the model assumes (on GPUs it runs on NICs and copy engines)")
+
+
 def _per_step(rows: list[dict], overlap_steps: list[dict], sources: dict, manifest: dict,
-              world: int, tokens: float | None, stage: str | None, grad_bytes: float) -> tuple[list, list]:
+              world: int, tokens: float | None, stage: str | None, grad_bytes: float,
+              device_kind: str = "gpu") -> tuple[list, list]:
     """Per-step comm beside its prediction, and the per-step model objects (verdicts)."""
     by_step: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
@@ -122,6 +129,7 @@ def _per_step(rows: list[dict], overlap_steps: list[dict], sources: dict, manife
             "comm_to_compute_ratio": round(verdict.ratio, 4) if verdict else None,
             "verdict": verdict.verdict if verdict else None,
             "reason": verdict.reason if verdict else _missing(f, w, tokens, stage),
+            "caveat": CPU_CAVEAT if device_kind == "cpu" else None,
         })
     return steps, models
 
@@ -157,12 +165,11 @@ def context(con, run_id: int, tokens: float | None = None) -> dict:
     manifest = _manifest(con, run_id)
     device_kind, world = con.execute("SELECT device_kind, world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
     sources = _sources(con, run_id, manifest, rows)
-    predict.predict_comm(rows, sources["bus_bandwidth_bytes_per_s"],
-                         sources["latency_s_trace"] if sources["bandwidth_source"] == "trace" else 0.0)
+    predict.predict_comm(rows, sources["bus_bandwidth_bytes_per_s"], sources["latency_s"])
     predict.predict_exposed(con, run_id, rows, device_kind, manifest)
     stage = _stage(manifest, rows)
     grad_bytes = _grad_bytes(manifest, rows)
-    steps, models = _per_step(rows, ov["steps"], sources, manifest, world, tokens, stage, grad_bytes)
+    steps, models = _per_step(rows, ov["steps"], sources, manifest, world, tokens, stage, grad_bytes, device_kind)
     return {"overlap": ov, "rows": rows, "manifest": manifest, "device_kind": device_kind, "world": world,
             "sources": sources, "stage": stage, "grad_bytes": grad_bytes, "steps": steps, "model": models,
             "memory": _memory(con, run_id, manifest, stage, world), "tokens": tokens}

@@ -37,7 +37,7 @@ def _print_text(result: dict) -> None:
           f"{run['parallelism'] or 'parallelism from the trace'})")
     print()
     print("per bucket / unit / phase (means over ranks and steps; most exposed first)")
-    print(table(result["summary"], SUMMARY_COLUMNS))
+    print(table([{**s, "id": s["id"] if s["id"] != "" else "<root>"} for s in result["summary"]], SUMMARY_COLUMNS))
     print()
     print(table(result["steps"], STEP_COLUMNS))
     m = result["measured"]
@@ -52,6 +52,8 @@ def _print_text(result: dict) -> None:
                   f"{first['tokens_to_hide']:.0f} needed to hide the comm: {first['verdict']}")
         else:
             print(f"model: {first['reason']}")
+        if first.get("caveat"):
+            print(f"note: {first['caveat']}")
     if any(s["inferred"] for s in result["summary"]):
         print("inferred: buckets or units read from the order of the collectives (no annotations in the trace)")
 

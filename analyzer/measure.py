@@ -6,7 +6,7 @@
 - W: bus bandwidth (nccl-tests) of the large collectives. A collective lasts as
   long as its slowest participant arrives, so each instance is timed by its
   shortest duration over the ranks (the transfer; the rest is waiting).
-- latency: fitted on the small collectives with W fixed (model_collectives).
+- latency: fitted on the small collectives with the W the model uses (model_collectives).
 """
 
 from __future__ import annotations
@@ -64,30 +64,39 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))]
 
 
-def bandwidth(rows: list[dict]) -> dict:
-    """W (bytes/s) from the large collectives and the latency term from the small ones."""
+def _sized(rows: list[dict]) -> tuple[list[dict], dict[int, float], dict[tuple, float]]:
+    """Collectives with a size, group and kind; their wire bytes; each instance's transfer time."""
     best = instance_times(rows)
-    sized = [r for r in rows if r["bytes"] and r["group_size"] and r["group_size"] > 1 and r["collective"]]
-    out = {"bus_bandwidth_bytes_per_s": None, "latency_s": None, "large_collectives": 0, "small_collectives": 0}
-    if not sized:
-        return out
-    wires = {}
-    for r in sized:
-        try:
-            wires[id(r)] = wire_bytes(r["collective"], r["bytes"], r["group_size"])
-        except ValueError:
-            continue
-    sized = [r for r in sized if id(r) in wires]
+    wires: dict[int, float] = {}
+    for r in rows:
+        if r["bytes"] and r["group_size"] and r["group_size"] > 1 and r["collective"]:
+            try:
+                wires[id(r)] = wire_bytes(r["collective"], r["bytes"], r["group_size"])
+            except ValueError:
+                continue
+    return [r for r in rows if id(r) in wires], wires, best
+
+
+def bandwidth(rows: list[dict]) -> dict:
+    """W (bytes/s): median bus bandwidth of the large collectives (each instance at its fastest rank)."""
+    sized, wires, best = _sized(rows)
+    out = {"bus_bandwidth_bytes_per_s": None, "large_collectives": 0}
     if not sized:
         return out
     large_cut = _quantile([r["bytes"] for r in sized], LARGE_QUANTILE)
     large = [r for r in sized if r["bytes"] >= large_cut and best[r["instance"]] > 0]
-    if not large:
-        return out
-    w = statistics.median(wires[id(r)] / best[r["instance"]] for r in large)
+    if large:
+        out.update(bus_bandwidth_bytes_per_s=statistics.median(wires[id(r)] / best[r["instance"]] for r in large),
+                   large_collectives=len(large))
+    return out
+
+
+def latency(rows: list[dict], w_bytes_per_s: float | None) -> dict:
+    """The per-collective latency term, fitted on the small collectives with W fixed."""
+    sized, wires, best = _sized(rows)
+    if not sized or not w_bytes_per_s:
+        return {"latency_s": None, "small_collectives": 0}
     small_cut = _quantile([r["bytes"] for r in sized], SMALL_QUANTILE)
     small = [r for r in sized if r["bytes"] <= small_cut]
-    fit = fit_latency([(wires[id(r)], best[r["instance"]]) for r in small], busbw_bytes_per_s=w)
-    out.update(bus_bandwidth_bytes_per_s=w, latency_s=fit.latency_s,
-               large_collectives=len(large), small_collectives=len(small))
-    return out
+    fit = fit_latency([(wires[id(r)], best[r["instance"]]) for r in small], busbw_bytes_per_s=w_bytes_per_s)
+    return {"latency_s": fit.latency_s, "small_collectives": len(small)}
