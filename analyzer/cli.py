@@ -13,7 +13,7 @@ from .errors import InputError, UsageError
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from . import cli_analyze, cli_buckets, cli_catalog, cli_diagnose, cli_model
+    from . import cli_analyze, cli_buckets, cli_catalog, cli_dashboard, cli_diagnose, cli_model
 
     parser = argparse.ArgumentParser(
         prog="overlapscope",
@@ -22,7 +22,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (cli_analyze, cli_buckets, cli_diagnose, cli_model, cli_catalog):
+    for module in (cli_analyze, cli_buckets, cli_diagnose, cli_model, cli_catalog, cli_dashboard):
         module.add_parser(sub)
     return parser
 

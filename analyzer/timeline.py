@@ -123,7 +123,7 @@ def timeline(con, run_id: int, step: int, ranks: list[int] | None = None,
     shown = _register_inputs(con, run_id, ranks, attribution)
     run_script(con, "timeline.sql", run_id=run_id, step=int(step), max_marks=int(max_marks))
     raw = con.execute("SELECT count(*) FROM _tl_pieces").fetchone()[0]
-    lanes = _rows(con, "SELECT * FROM timeline_lanes ORDER BY rank, track_kind, track_id")
+    lanes = _rows(con, "SELECT * FROM timeline_lanes ORDER BY rank, NOT has_compute, track_id")
     labels = {(r["rank"], r["track_id"]): lane_label(r["rank"], r["track"]) for r in lanes}
     drawn = _rows(con, "SELECT * FROM timeline_marks")
     marks = [_mark(r, labels[(r["rank"], r["track_id"])]) for r in drawn]

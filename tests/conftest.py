@@ -23,3 +23,63 @@ def reference_dir() -> Path:
 @pytest.fixture(scope="session")
 def samples_dir() -> Path:
     return SAMPLES
+
+
+# --- the dashboard's runs (tests/test_dashboard_*.py, tests/test_timeline.py) ------------
+
+# Sample bundles the dashboard tests prefer: an FSDP run with a manifest (the model
+# page has its parameters and tokens) and a DDP run (for compare).
+DASHBOARD_SAMPLES = ("fsdp_per_block", "ddp")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _captured_ddp(tmp_path_factory, worker_id: str) -> Path:
+    """A real 2-rank gloo DDP bundle from tests/capture_ddp.py, made once per test session
+    (one xdist worker captures, the others wait on a lock and reuse it)."""
+    import fcntl
+    import subprocess
+    import sys
+
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    out = shared / "dashboard_ddp_capture"
+    with open(shared / "dashboard_ddp_capture.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "rank-1.pt.trace.json").exists():
+            subprocess.run([sys.executable, str(ROOT / "tests" / "capture_ddp.py"), str(out), str(_free_port())],
+                           check=True, timeout=300, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def dashboard_bundles(tmp_path_factory, worker_id) -> list[Path]:
+    """Two real run bundles: the preferred samples (or any two) from sample_traces/,
+    else a captured gloo DDP run (used twice)."""
+    present = [SAMPLES / n for n in DASHBOARD_SAMPLES if (SAMPLES / n).is_dir()]
+    others = sorted((p for p in SAMPLES.iterdir() if p.is_dir() and p not in present and any(p.glob("*.json*"))),
+                    key=lambda p: sum(f.stat().st_size for f in p.iterdir())) if SAMPLES.is_dir() else []
+    bundles = (present + others)[:2]
+    if len(bundles) == 2:
+        return bundles
+    pytest.importorskip("torch")
+    captured = _captured_ddp(tmp_path_factory, worker_id)
+    return (bundles + [captured, captured])[:2]
+
+
+@pytest.fixture(scope="session")
+def dashboard_db(tmp_path_factory, dashboard_bundles) -> Path:
+    """A catalog holding the two bundles as runs 'sample-a' (run 1) and 'sample-b' (run 2)."""
+    from analyzer import catalog
+
+    db = tmp_path_factory.mktemp("dashboard") / "catalog.duckdb"
+    con = catalog.open_catalog(db)
+    for name, bundle in zip(("sample-a", "sample-b"), dashboard_bundles):
+        catalog.ingest(con, [str(bundle)], name=name, tags={"test": "dashboard"})
+    con.close()
+    return db

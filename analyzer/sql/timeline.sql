@@ -99,50 +99,61 @@ SELECT s.gid, s.n,
             ELSE (SELECT share FROM shares WHERE i = f.i) END AS cap
 FROM shares s, first_capped f;
 
--- _tl_res: the merge resolution of each capped group. Marks closer than res_ns
--- merge; each block but the last is followed by a gap of at least res_ns, so a
--- window of length L holds at most L / res_ns + 1 <= cap blocks.
-CREATE OR REPLACE TEMP TABLE _tl_res AS
-SELECT b.gid, b.cap,
-       CASE WHEN b.cap <= 1 THEN (w.end_ns - w.start_ns) + 1
-            ELSE ((w.end_ns - w.start_ns) + b.cap - 2) // (b.cap - 1) END AS res_ns
-FROM _tl_budget b
-JOIN (SELECT DISTINCT gid, rank FROM _tl_pieces) p USING (gid)
-JOIN timeline_window w USING (rank)
-WHERE b.cap IS NOT NULL;
-
--- _tl_blocks: the busy blocks of capped groups (union of marks stretched by res_ns).
-CREATE OR REPLACE TEMP TABLE _tl_stretched AS
-SELECT p.gid AS grp, p.ts_ns, p.end_ns + r.res_ns AS end_ns
-FROM _tl_pieces p JOIN _tl_res r USING (gid);
-CREATE OR REPLACE TEMP TABLE _tl_blocks AS
-SELECT u.grp AS gid, u.ts_ns, u.end_ns - r.res_ns AS end_ns
-FROM interval_union('_tl_stretched') u JOIN _tl_res r ON r.gid = u.grp;
-
--- _tl_block_busy: time the block's own marks cover (a block also spans the short gaps it merged).
+-- _tl_islands: the union of each capped group's marks (what its blocks cover).
 CREATE OR REPLACE TEMP TABLE _tl_capped_src AS
-SELECT p.gid AS grp, p.ts_ns, p.end_ns FROM _tl_pieces p JOIN _tl_res USING (gid);
-CREATE OR REPLACE TEMP TABLE _tl_block_busy AS
-SELECT b.gid, b.ts_ns, sum(u.end_ns - u.ts_ns)::BIGINT AS busy_ns
-FROM interval_union('_tl_capped_src') u
-ASOF JOIN _tl_blocks b ON b.gid = u.grp AND u.ts_ns >= b.ts_ns
-GROUP BY ALL;
+SELECT p.gid AS grp, p.ts_ns, p.end_ns
+FROM _tl_pieces p JOIN _tl_budget b USING (gid)
+WHERE b.cap IS NOT NULL;
+CREATE OR REPLACE TEMP TABLE _tl_islands AS
+SELECT grp AS gid, ts_ns, end_ns FROM interval_union('_tl_capped_src');
+
+-- _tl_blocks: the busy blocks of capped groups. The group's islands are split
+-- at its cap - 1 longest gaps (ties: the earlier gap) and merged everywhere
+-- else, so a group draws exactly min(cap, islands) blocks, and what merges is
+-- what lies closest together. busy_ns: the time the block's own marks cover
+-- (a block also spans the short gaps it merged).
+CREATE OR REPLACE TEMP TABLE _tl_blocks AS
+WITH gaps AS (
+    SELECT gid, ts_ns, end_ns,
+           lead(ts_ns) OVER (PARTITION BY gid ORDER BY ts_ns) - end_ns AS gap_after_ns
+    FROM _tl_islands
+), ranked AS (
+    SELECT g.*, b.cap,
+           row_number() OVER (PARTITION BY g.gid ORDER BY g.gap_after_ns DESC NULLS LAST, g.ts_ns) AS k
+    FROM gaps g JOIN _tl_budget b USING (gid)
+), split AS (
+    SELECT gid, ts_ns, end_ns,
+           (gap_after_ns IS NOT NULL AND k <= cap - 1)::INTEGER AS split_after
+    FROM ranked
+), numbered AS (
+    SELECT gid, ts_ns, end_ns,
+           coalesce(sum(split_after) OVER (PARTITION BY gid ORDER BY ts_ns
+                                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS block
+    FROM split
+)
+SELECT gid, block, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns, sum(end_ns - ts_ns)::BIGINT AS busy_ns
+FROM numbered
+GROUP BY gid, block;
 
 -- _tl_block_marks: one row per block: how many marks it merged, the longest one's name.
 CREATE OR REPLACE TEMP TABLE _tl_block_marks AS
-SELECT b.gid, b.ts_ns, b.end_ns, count(*) AS marks,
+SELECT b.gid, b.ts_ns, b.end_ns, any_value(b.busy_ns) AS busy_ns, count(*) AS marks,
        arg_max(p.name, p.end_ns - p.ts_ns) AS name,
        arg_max(p.event_id, p.end_ns - p.ts_ns) AS event_id
-FROM _tl_pieces p JOIN _tl_res USING (gid)
+FROM _tl_pieces p JOIN _tl_budget USING (gid)
 ASOF JOIN _tl_blocks b ON b.gid = p.gid AND p.ts_ns >= b.ts_ns
-GROUP BY ALL;
+WHERE _tl_budget.cap IS NOT NULL
+GROUP BY b.gid, b.ts_ns, b.end_ns;
 
--- timeline_lanes: one lane per rank and track that has marks.
+-- timeline_lanes: one lane per rank and track that has marks; compute lanes
+-- first (the seed's figures: compute on top, comm below).
 CREATE OR REPLACE TEMP TABLE timeline_lanes AS
-SELECT DISTINCT p.rank, p.track_id, t.kind AS track_kind,
-       coalesce(t.name, 'track ' || p.track_id) AS track
+SELECT p.rank, p.track_id, any_value(t.kind) AS track_kind,
+       coalesce(any_value(t.name), 'track ' || p.track_id) AS track,
+       bool_or(p.kind = 'compute') AS has_compute
 FROM _tl_pieces p
-LEFT JOIN tracks t ON t.run_id = getvariable('run_id') AND t.rank = p.rank AND t.track_id = p.track_id;
+LEFT JOIN tracks t ON t.run_id = getvariable('run_id') AND t.rank = p.rank AND t.track_id = p.track_id
+GROUP BY p.rank, p.track_id;
 
 -- timeline_marks: what to draw. Raw marks of uncapped groups (marks = 1) and the
 -- blocks of capped groups (marks = n merged; busy_ns = time they cover), with
@@ -154,11 +165,9 @@ WITH drawn AS (
     FROM _tl_pieces p JOIN _tl_budget b USING (gid)
     WHERE b.cap IS NULL
     UNION ALL
-    SELECT m.gid, g.rank, g.track_id, g.kind, m.name, m.event_id, m.ts_ns, m.end_ns,
-           m.marks, coalesce(bb.busy_ns, 0)
+    SELECT m.gid, g.rank, g.track_id, g.kind, m.name, m.event_id, m.ts_ns, m.end_ns, m.marks, m.busy_ns
     FROM _tl_block_marks m
     JOIN (SELECT DISTINCT gid, rank, track_id, kind FROM _tl_pieces) g USING (gid)
-    LEFT JOIN _tl_block_busy bb USING (gid, ts_ns)
 )
 SELECT d.rank, d.track_id, d.kind, d.name, d.event_id, d.marks,
        d.ts_ns - w.start_ns AS start_rel_ns, d.end_ns - w.start_ns AS end_rel_ns, d.busy_ns,

@@ -1,0 +1,255 @@
+"""Chart builders: plain rows in, an Altair chart out. Pure: no Streamlit, no catalog.
+
+Colors follow the seed's figures: compute blue, comm aqua, exposed comm violet.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+COMPUTE, COMM, EXPOSED = "#3b82f6", "#22d3ee", "#8b5cf6"
+MEMCPY, MEMSET, IDLE, HIGHLIGHT = "#f59e0b", "#fcd34d", "#cbd5e1", "#dc2626"
+KIND_COLORS = {"compute": COMPUTE, "comm": COMM, "memcpy": MEMCPY, "memset": MEMSET, "exposed": EXPOSED}
+LANE_PX = 26
+
+
+def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
+    """A DataFrame with at least ``columns`` (an empty one draws an empty chart, not an error)."""
+    return pd.DataFrame(rows, columns=columns) if not rows else pd.DataFrame(rows)
+
+
+def _kind_scale(kinds: list[str]) -> alt.Scale:
+    return alt.Scale(domain=kinds, range=[KIND_COLORS[k] for k in kinds])
+
+
+# --- overview ----------------------------------------------------------------------
+
+BREAKDOWN_PARTS = {"compute_ms": ("compute", COMPUTE), "exposed_comm_ms": ("exposed comm", EXPOSED),
+                   "idle_ms": ("idle", IDLE)}
+
+
+def step_breakdown(rank_rows: list[dict], highlight_rank: int | None = None) -> alt.Chart:
+    """Per rank, the mean step split into compute, exposed comm and idle (stacked);
+    the highlighted (slowest) rank is outlined. Tooltips add comm, hidden comm and overlap %."""
+    df = _frame(rank_rows, ["rank", *BREAKDOWN_PARTS, "comm_ms", "hidden_comm_ms", "step_ms", "overlap_pct"])
+    long = df.melt(id_vars=[c for c in df.columns if c not in BREAKDOWN_PARTS], value_vars=list(BREAKDOWN_PARTS),
+                   var_name="part", value_name="ms")
+    long["part"] = long["part"].map(lambda p: BREAKDOWN_PARTS[p][0])
+    long["slowest"] = long["rank"] == highlight_rank
+    parts = [label for label, _ in BREAKDOWN_PARTS.values()]
+    return alt.Chart(long).mark_bar().encode(
+        x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("ms:Q", title="mean step (ms)", stack="zero"),
+        color=alt.Color("part:N", title=None, sort=parts,
+                        scale=alt.Scale(domain=parts, range=[c for _, c in BREAKDOWN_PARTS.values()])),
+        order=alt.Order("part_order:Q"),
+        stroke=alt.condition(alt.datum.slowest, alt.value(HIGHLIGHT), alt.value(None)),
+        strokeWidth=alt.condition(alt.datum.slowest, alt.value(2), alt.value(0)),
+        tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("part:N"), alt.Tooltip("ms:Q", format=".3f"),
+                 alt.Tooltip("step_ms:Q", title="step (ms)", format=".3f"),
+                 alt.Tooltip("comm_ms:Q", title="comm (ms)", format=".3f"),
+                 alt.Tooltip("hidden_comm_ms:Q", title="hidden comm (ms)", format=".3f"),
+                 alt.Tooltip("overlap_pct:Q", title="overlap %", format=".1f")],
+    ).transform_calculate(
+        part_order=f"indexof({parts!r}, datum.part)"
+    ).properties(height=260)
+
+
+def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[int, int] | None = None) -> alt.Chart:
+    """Rank x step grid coloured by ``metric``; the highlighted (slowest) cell is outlined."""
+    df = _frame(steps, ["rank", "step", metric, "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct"])
+    df["slowest"] = [(r, s) == highlight for r, s in zip(df["rank"], df["step"])] if len(df) else []
+    base = alt.Chart(df).encode(x=alt.X("step:O", title="step", axis=alt.Axis(labelAngle=0)),
+                                y=alt.Y("rank:O", title="rank"))
+    cells = base.mark_rect().encode(
+        color=alt.Color(f"{metric}:Q", title=metric.replace("_", " "), scale=alt.Scale(scheme="purples")),
+        tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("step:O"),
+                 *[alt.Tooltip(f"{c}:Q", format=".3f") for c in ("step_ms", "compute_ms", "comm_ms",
+                                                                   "exposed_comm_ms", "idle_ms") if c in df],
+                 alt.Tooltip("overlap_pct:Q", title="overlap %", format=".1f")],
+    )
+    outline = base.mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=3).transform_filter(alt.datum.slowest)
+    ranks = df["rank"].nunique() if len(df) else 1
+    return (cells + outline).properties(height=min(600, max(120, 22 * ranks)))
+
+
+# --- timeline ----------------------------------------------------------------------
+
+
+def timeline(tl: dict) -> alt.LayerChart:
+    """Lanes of one step: compute, comm, memcpy marks, the exposed parts of comm in
+    violet on top (comm left aqua is hidden), each rank's window in grey behind.
+    Drag or scroll to zoom in time."""
+    lanes = [lane["lane"] for lane in tl["lanes"]]
+    columns = ["lane", "kind", "name", "start_ms", "end_ms", "dur_ms", "busy_ms", "marks", "coll_kind",
+               "coll_id", "phase", "collective", "bytes", "coll_comm_ms", "coll_exposed_ms"]
+    marks, exposed = _frame(tl["marks"], columns), _frame(tl["exposed"], columns)
+    windows = {w["rank"]: w["window_ms"] for w in tl["windows"]}
+    background = pd.DataFrame([{"lane": lane["lane"], "start_ms": 0.0, "end_ms": windows.get(lane["rank"], 0.0)}
+                               for lane in tl["lanes"]], columns=["lane", "start_ms", "end_ms"])
+    kinds = [k for k in KIND_COLORS if k in set(marks["kind"]) | set(exposed["kind"])] or ["compute"]
+    y = alt.Y("lane:N", sort=lanes, title=None, axis=alt.Axis(labelLimit=260, labelOverlap=False))
+    longest_ms = max(windows.values(), default=0.0) or None
+    x = alt.X("start_ms:Q", title="ms from the step's start (each rank's own clock)",
+              scale=alt.Scale(domain=[0, longest_ms], nice=False) if longest_ms else alt.Undefined)
+    tooltip = [alt.Tooltip("lane:N"), alt.Tooltip("kind:N"), alt.Tooltip("name:N"),
+               alt.Tooltip("start_ms:Q", format=".3f"), alt.Tooltip("dur_ms:Q", title="duration (ms)", format=".3f"),
+               alt.Tooltip("marks:Q", title="events merged"), alt.Tooltip("busy_ms:Q", format=".3f"),
+               alt.Tooltip("coll_kind:N", title="bucket/unit"), alt.Tooltip("coll_id:N", title="id"),
+               alt.Tooltip("phase:N"), alt.Tooltip("bytes:Q", format=","),
+               alt.Tooltip("coll_comm_ms:Q", title="collective comm (ms)", format=".3f"),
+               alt.Tooltip("coll_exposed_ms:Q", title="collective exposed (ms)", format=".3f")]
+    zoom = alt.selection_interval(bind="scales", encodings=["x"])
+    back = alt.Chart(background).mark_bar(color="#f1f5f9").encode(x=x, x2="end_ms:Q", y=y).add_params(zoom)
+    color = alt.Color("kind:N", title=None, scale=_kind_scale(kinds), sort=kinds)
+    drawn = alt.Chart(marks).mark_bar().encode(x=x, x2="end_ms:Q", y=y, color=color, tooltip=tooltip)
+    hidden = alt.Chart(exposed).mark_bar().encode(x=x, x2="end_ms:Q", y=y, color=color, tooltip=tooltip)
+    return alt.layer(back, drawn, hidden).properties(height=alt.Step(LANE_PX))
+
+
+# --- buckets and units -------------------------------------------------------------
+
+
+def exposed_hidden(groups: list[dict]) -> alt.Chart:
+    """Per bucket/unit/phase: mean exposed (violet) and hidden (aqua) comm per step."""
+    df = _frame(groups, ["group", "exposed_ms", "hidden_ms", "comm_ms", "bytes", "count", "busbw_gbps"])
+    long = df.melt(id_vars=["group", "comm_ms", "bytes", "count", "busbw_gbps"],
+                   value_vars=["exposed_ms", "hidden_ms"], var_name="part", value_name="ms")
+    long["part"] = long["part"].map({"exposed_ms": "exposed", "hidden_ms": "hidden"})
+    order = list(df["group"])
+    return alt.Chart(long).mark_bar().encode(
+        y=alt.Y("group:N", sort=order, title=None, axis=alt.Axis(labelLimit=280)),
+        x=alt.X("ms:Q", title="mean comm per collective (ms)", stack="zero"),
+        color=alt.Color("part:N", title=None, scale=alt.Scale(domain=["exposed", "hidden"], range=[EXPOSED, COMM])),
+        tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("comm_ms:Q", format=".3f"),
+                 alt.Tooltip("bytes:Q", format=","), alt.Tooltip("count:Q", title="collectives"),
+                 alt.Tooltip("busbw_gbps:Q", title="bus bandwidth (GB/s)", format=".3f")],
+    ).properties(height=max(120, 22 * len(order)))
+
+
+def bus_bandwidth(groups: list[dict], measured_gbps: float | None = None) -> alt.Chart:
+    """Median bus bandwidth (GB/s, nccl-tests) per group; the run's W as a rule."""
+    df = _frame(groups, ["group", "busbw_gbps", "bytes"])
+    df = df[df["busbw_gbps"].notna()] if len(df) else df
+    bars = alt.Chart(df).mark_bar(color=COMM).encode(
+        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280)),
+        x=alt.X("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
+        tooltip=["group:N", alt.Tooltip("busbw_gbps:Q", format=".3f"), alt.Tooltip("bytes:Q", format=",")])
+    chart = bars
+    if measured_gbps:
+        rule = alt.Chart(pd.DataFrame([{"w": measured_gbps, "label": f"W = {measured_gbps:.3g} GB/s"}])).mark_rule(
+            color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="w:Q", tooltip=["label:N"])
+        chart = bars + rule
+    return chart.properties(height=max(120, 22 * max(1, len(df))))
+
+
+def predicted_vs_measured(groups: list[dict]) -> alt.Chart:
+    """Per group: measured and predicted comm, measured and predicted exposed (ms)."""
+    fields = {"comm_ms": "comm, measured", "predicted_comm_ms": "comm, predicted",
+              "exposed_ms": "exposed, measured", "predicted_exposed_ms": "exposed, predicted"}
+    df = _frame(groups, ["group", *fields])
+    long = df.melt(id_vars=["group"], value_vars=list(fields), var_name="what", value_name="ms")
+    long["what"] = long["what"].map(fields)
+    colors = [COMM, "#a5f3fc", EXPOSED, "#ddd6fe"]
+    return alt.Chart(long).mark_bar().encode(
+        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280)),
+        yOffset=alt.YOffset("what:N", sort=list(fields.values())),
+        x=alt.X("ms:Q", title="ms per collective"),
+        color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(fields.values()), range=colors)),
+        tooltip=["group:N", "what:N", alt.Tooltip("ms:Q", format=".3f")],
+    ).properties(height=max(160, 44 * len(df)))
+
+
+# --- model -------------------------------------------------------------------------
+
+
+def hide_ratio(curve: list[dict], t_hide: float, points: list[dict],
+               measured_ratio: float | None = None) -> alt.LayerChart:
+    """Comm time / backward time against tokens per GPU (log-log): the seed's
+    ratio T_hide / T, the threshold (ratio 1 at T = T_hide) and this run's points.
+    Without points (tokens unknown) a measured ratio is drawn as a level instead."""
+    df = _frame(curve, ["tokens", "ratio"])
+    x = alt.X("tokens:Q", scale=alt.Scale(type="log"), title="tokens per GPU per micro-batch (T)")
+    y = alt.Y("ratio:Q", scale=alt.Scale(type="log"), title="comm time / backward time")
+    line = alt.Chart(df).mark_line(color=COMPUTE).encode(x=x, y=y, tooltip=[alt.Tooltip("tokens:Q", format=",.0f"),
+                                                                           alt.Tooltip("ratio:Q", format=".3f")])
+    one = alt.Chart(pd.DataFrame([{"ratio": 1.0}])).mark_rule(color="#64748b", strokeDash=[4, 3]).encode(y="ratio:Q")
+    at = alt.Chart(pd.DataFrame([{"tokens": t_hide, "label": f"T_hide = {t_hide:,.0f} tokens"}])).mark_rule(
+        color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="tokens:Q", tooltip=["label:N"])
+    label = alt.Chart(pd.DataFrame([{"tokens": t_hide, "ratio": 1.0, "label": f"T_hide ≈ {t_hide:,.0f}"}])).mark_text(
+        align="left", dx=6, dy=-8, color=HIGHLIGHT).encode(x="tokens:Q", y="ratio:Q", text="label:N")
+    layers = [line, one, at, label]
+    if measured_ratio is not None and not points:
+        level = pd.DataFrame([{"ratio": measured_ratio, "label": f"measured {measured_ratio:.3g} (T unknown)"}])
+        layers.append(alt.Chart(level).mark_rule(color=MEMCPY, strokeDash=[2, 2]).encode(y="ratio:Q",
+                                                                                       tooltip=["label:N"]))
+    if points:
+        layers.append(alt.Chart(pd.DataFrame(points)).mark_point(size=120, filled=True).encode(
+            x="tokens:Q", y="ratio:Q",
+            color=alt.Color("source:N", title="this run",
+                            scale=alt.Scale(domain=["model (F, W)", "measured"], range=["#1e3a8a", MEMCPY])),
+            tooltip=["source:N", alt.Tooltip("tokens:Q", format=",.0f"), alt.Tooltip("ratio:Q", format=".3f")]))
+    return alt.layer(*layers).properties(height=320)
+
+
+def _byte_unit(largest: float) -> tuple[str, float]:
+    for name, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if largest >= size:
+            return name, size
+    return "bytes", 1.0
+
+
+def memory(rows: list[dict], device_bytes: float | None = None, peak_bytes: float | None = None) -> alt.LayerChart:
+    """Model-state memory per GPU for each stage (weights, gradients, optimizer stacked),
+    against the device memory and the measured peak (rules). Unit: GB, MB or KB (1e9, 1e6, 1e3)."""
+    df = _frame(rows, ["stage", "part", "bytes", "total_bytes"])
+    unit, size = _byte_unit(max([*df["total_bytes"].tolist(), device_bytes or 0, peak_bytes or 0, 1]))
+    df["amount"] = df["bytes"] / size
+    df["total"] = df["total_bytes"] / size
+    stages = list(dict.fromkeys(df["stage"]))
+    bars = alt.Chart(df).mark_bar().encode(
+        x=alt.X("stage:N", sort=stages, title="stage"),
+        y=alt.Y("amount:Q", title=f"model states per GPU ({unit})", stack="zero"),
+        color=alt.Color("part:N", title=None, sort=["weights", "gradients", "optimizer"],
+                        scale=alt.Scale(range=[COMPUTE, COMM, "#94a3b8"])),
+        tooltip=["stage:N", "part:N", alt.Tooltip("amount:Q", title=unit, format=".4g"),
+                 alt.Tooltip("total:Q", title=f"stage total ({unit})", format=".4g")])
+    limits = {"device memory": (device_bytes, HIGHLIGHT), "measured peak": (peak_bytes, "#0f172a")}
+    rules = [{"amount": value / size, "what": what, "label": f"{what}: {value / size:.3g} {unit}"}
+             for what, (value, _) in limits.items() if value]
+    if not rules:
+        return alt.layer(bars).properties(height=300)
+    lines = alt.Chart(pd.DataFrame(rules)).mark_rule(strokeWidth=2, strokeDash=[5, 3]).encode(
+        y="amount:Q", tooltip=["label:N"],
+        color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(limits),
+                                                              range=[c for _, c in limits.values()])))
+    return alt.layer(bars, lines).resolve_scale(color="independent").properties(height=300)
+
+
+# --- compare -----------------------------------------------------------------------
+
+
+def compare_steps(rows: list[dict], metric: str = "step_ms") -> alt.Chart:
+    """Two runs side by side per profiled step (by position), mean over ranks."""
+    df = _frame(rows, ["run", "step_index", "step", metric])
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("step_index:O", title="profiled step (position)", axis=alt.Axis(labelAngle=0)),
+        xOffset="run:N",
+        y=alt.Y(f"{metric}:Q", title=metric.replace("_", " ")),
+        color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY])),
+        tooltip=["run:N", "step:O", alt.Tooltip(f"{metric}:Q", format=".3f")],
+    ).properties(height=260)
+
+
+def compare_groups(rows: list[dict], metric: str = "exposed_ms") -> alt.Chart:
+    """Two runs side by side per bucket/unit/phase."""
+    df = _frame(rows, ["run", "group", metric])
+    groups = list(dict.fromkeys(df["group"]))
+    return alt.Chart(df).mark_bar().encode(
+        y=alt.Y("group:N", sort=groups, title=None, axis=alt.Axis(labelLimit=280)),
+        yOffset="run:N",
+        x=alt.X(f"{metric}:Q", title=metric.replace("_", " ")),
+        color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY])),
+        tooltip=["run:N", "group:N", alt.Tooltip(f"{metric}:Q", format=".3f")],
+    ).properties(height=max(120, 36 * len(groups)))

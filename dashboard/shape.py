@@ -1,0 +1,246 @@
+"""Analysis results -> the rows the charts and tables draw. Pure functions, no Streamlit.
+
+Rows are per rank, step, bucket or unit (tens to thousands), never per event.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+from analyzer import model as seed_model
+from analyzer import model_overlap
+
+# The seed's backward share of one micro-batch's compute: 4 Psi T of 6 Psi T FLOPs.
+BACKWARD_SHARE = 2 / 3
+STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "n/a": 3}
+# Material icons ship with Streamlit's frontend (emoji need a system font).
+STATUS_ICON = {"fail": ":material/cancel:", "warn": ":material/warning:", "pass": ":material/check_circle:",
+               "n/a": ":material/remove_circle_outline:"}
+MEMORY_STAGES = ("ddp", "zero1", "zero2", "zero3")
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _pct(hidden: float | None, total: float | None) -> float | None:
+    return round(100.0 * hidden / total, 2) if total else None
+
+
+# --- overview ----------------------------------------------------------------------
+
+
+def rank_means(steps: list[dict]) -> list[dict]:
+    """Per rank, the mean step: compute, comm, exposed and hidden comm, idle, overlap %."""
+    by_rank: dict[int, list[dict]] = defaultdict(list)
+    for s in steps:
+        by_rank[s["rank"]].append(s)
+    out = []
+    for rank, items in sorted(by_rank.items()):
+        comm, exposed = _mean(i["comm_ms"] for i in items), _mean(i["exposed_comm_ms"] for i in items)
+        out.append({
+            "rank": rank, "steps": len(items),
+            "step_ms": _mean(i["step_ms"] for i in items),
+            "compute_ms": _mean(i["compute_ms"] for i in items),
+            "comm_ms": comm, "exposed_comm_ms": exposed,
+            "hidden_comm_ms": None if comm is None or exposed is None else comm - exposed,
+            "idle_ms": _mean(i["idle_ms"] for i in items),
+            "overlap_pct": _pct(comm - exposed, comm) if comm and exposed is not None else None,
+        })
+    return out
+
+
+def slowest_step(steps: list[dict]) -> dict | None:
+    """The (rank, step) with the longest step; ties go to the more exposed comm."""
+    timed = [s for s in steps if s["step_ms"] is not None]
+    return max(timed, key=lambda s: (s["step_ms"], s["exposed_comm_ms"] or 0)) if timed else None
+
+
+def slowest_rank(ranks: list[dict]) -> dict | None:
+    """The rank with the longest median step; ties (and step-less ranks) by exposed comm."""
+    if not ranks:
+        return None
+    return max(ranks, key=lambda r: (r["step_ms"] or 0, r["exposed_comm_ms"] or 0))
+
+
+def headline(result: dict) -> dict:
+    """The overview's figures: worst step, worst exposed comm, mean overlap and idle."""
+    ranks = result["ranks"]
+    worst = slowest_rank(ranks)
+    # Exposed comm beside the step time is per step too: the worst rank's median step
+    # (the whole-trace figure when the trace has no ProfilerStep windows).
+    per_step = sorted(s["exposed_comm_ms"] for s in result.get("steps", [])
+                      if worst and s["rank"] == worst["rank"] and s["exposed_comm_ms"] is not None)
+    whole = max((r["exposed_comm_ms"] for r in ranks if r["exposed_comm_ms"] is not None), default=None)
+    return {
+        "ranks": len(ranks),
+        "steps": max((r["steps"] for r in ranks), default=0),
+        "step_ms": worst["step_ms"] if worst else None,
+        "slowest_rank": worst["rank"] if worst else None,
+        "exposed_comm_ms": per_step[len(per_step) // 2] if per_step else whole,
+        "overlap_pct": _mean(r["overlap_pct"] for r in ranks),
+        "idle_ms": _mean(r["idle_ms"] for r in ranks),
+    }
+
+
+def default_ranks(ranks: list[dict], limit: int = 4) -> list[int]:
+    """Ranks to show first on the timeline: the slowest, the least exposed, then in order."""
+    if len(ranks) <= limit:
+        return [r["rank"] for r in ranks]
+    picked = [slowest_rank(ranks)["rank"]]
+    calm = min(ranks, key=lambda r: (r["exposed_comm_ms"] or 0, r["rank"]))["rank"]
+    picked += [calm] if calm not in picked else []
+    picked += [r["rank"] for r in ranks if r["rank"] not in picked][: limit - len(picked)]
+    return sorted(picked)
+
+
+# --- buckets and units ---------------------------------------------------------------
+
+
+def group_label(row: dict) -> str:
+    """``bucket 2 · allreduce``, ``unit blocks.0 · forward_allgather``, ``all_reduce``."""
+    if row["kind"] == "ddp_bucket":
+        return f"bucket {row['id']} · {row['phase']}"
+    if row["kind"] == "fsdp_unit":
+        return f"unit {row['id'] or '(root)'} · {row['phase']}"
+    same = str(row["id"]).replace("_", "") == str(row["phase"]).replace("_", "")
+    return str(row["id"]) if same else f"{row['id']} · {row['phase']}"
+
+
+def group_rows(summary: list[dict], top: int = 40) -> list[dict]:
+    """The ``top`` groups by exposed time, with a label and the predicted figures."""
+    rows = sorted(summary, key=lambda s: -(s["exposed_ms"] or 0))[:top]
+    return [{**s, "group": group_label(s)} for s in rows]
+
+
+# --- model -------------------------------------------------------------------------
+
+
+def hide_threshold(model_rows: list[dict]) -> dict:
+    """Tokens per GPU at which comm time equals the backward time that hides it (T_hide).
+
+    From the buckets analysis' model (the stage-aware seed threshold); when it
+    has no verdict (tokens unknown) but F, W and the stage are known, computed
+    here with the same function. ``missing`` names what stops it.
+    """
+    m = model_rows[0] if model_rows else {}
+    f, w, stage, gpus = m.get("flops_per_s"), m.get("bus_bandwidth_bytes_per_s"), m.get("stage"), m.get("gpus")
+    t_hide = m.get("tokens_to_hide")
+    missing = [name for name, value in (("F (achieved FLOP/s)", f), ("W (bus bandwidth)", w),
+                                        ("a DDP or FSDP stage", stage)) if not value]
+    if t_hide is None and not missing and gpus and gpus > 1:
+        try:
+            t_hide = model_overlap.stage_tokens_to_hide(stage, f, w, gpus, grad_bytes=m.get("grad_bytes") or 2.0)
+        except ValueError as err:  # hsdp: two links, no single threshold
+            missing.append(str(err))
+    if gpus is not None and gpus <= 1:
+        missing.append("more than one data-parallel rank")
+    return {"tokens_to_hide": t_hide, "tokens": m.get("tokens"), "stage": stage, "gpus": gpus,
+            "flops_per_s": f, "bus_bandwidth_bytes_per_s": w, "grad_bytes": m.get("grad_bytes"),
+            "verdict": m.get("verdict"), "missing": missing if t_hide is None else []}
+
+
+def verdict_at(threshold: dict, tokens: float | None) -> str | None:
+    """The seed's verdict (hidden, marginal, exposed) at ``tokens`` for a ``hide_threshold``."""
+    if not tokens or threshold["tokens_to_hide"] is None:
+        return None
+    try:
+        return model_overlap.overlap_verdict(tokens, threshold["flops_per_s"], threshold["bus_bandwidth_bytes_per_s"],
+                                             threshold["gpus"], threshold["stage"],
+                                             grad_bytes=threshold["grad_bytes"] or 2.0).verdict
+    except ValueError:  # hsdp: no single threshold
+        return None
+
+
+def ratio_curve(t_hide: float, tokens: float | None = None, points: int = 60) -> list[dict]:
+    """ratio(T) = T_hide / T (comm over the backward that hides it) on a log grid of T."""
+    low, high = t_hide / 30, t_hide * 30
+    if tokens:
+        low, high = min(low, tokens / 3), max(high, tokens * 3)
+    step = (math.log(high) - math.log(low)) / (points - 1)
+    return [{"tokens": (t := math.exp(math.log(low) + i * step)), "ratio": t_hide / t} for i in range(points)]
+
+
+def measured_ratio(steps: list[dict]) -> float | None:
+    """Measured comm / backward compute: the median step's comm over the seed's
+    backward share (2/3) of its compute (the trace does not mark the backward)."""
+    ratios = [s["comm_ms"] / (s["compute_ms"] * BACKWARD_SHARE)
+              for s in steps if s["comm_ms"] is not None and s["compute_ms"]]
+    return statistics.median(ratios) if ratios else None
+
+
+def run_points(threshold: dict, measured: float | None) -> list[dict]:
+    """This run on the ratio chart: the model's point and the measured one."""
+    tokens, t_hide = threshold["tokens"], threshold["tokens_to_hide"]
+    if not tokens:
+        return []
+    points = [{"tokens": tokens, "ratio": t_hide / tokens, "source": "model (F, W)"}] if t_hide else []
+    if measured is not None:
+        points.append({"tokens": tokens, "ratio": measured, "source": "measured"})
+    return points
+
+
+def memory_rows(params: float, gpus: int, mesh_shape=None, k: float = seed_model.ADAM_K) -> list[dict]:
+    """Model-state bytes per GPU for each ZeRO stage (and HSDP on a 2-D mesh), by kind."""
+    stages = [(s, None) for s in MEMORY_STAGES]
+    if mesh_shape and len(mesh_shape) == 2 and gpus % int(mesh_shape[-1]) == 0:
+        stages.append(("hsdp", int(mesh_shape[-1])))
+    rows = []
+    for stage, group in stages:
+        b = seed_model.model_state_breakdown(stage, params, gpus, k=k, group=group)
+        for part, value in (("weights", b.weights_bytes), ("gradients", b.grads_bytes),
+                            ("optimizer", b.optimizer_bytes)):
+            rows.append({"stage": stage, "part": part, "bytes": value, "total_bytes": b.total_bytes})
+    return rows
+
+
+def on_scale(value: float | None, reference: float, factor: float = 20.0) -> bool:
+    """Whether ``value`` fits a chart scaled to ``reference`` (within ``factor``): a CPU run's
+    25 GB of RAM beside 2 MB of model states would flatten the bars to nothing."""
+    return value is not None and value <= factor * reference
+
+
+# --- checklist and compare -----------------------------------------------------------
+
+
+def sorted_findings(findings: list[dict]) -> list[dict]:
+    """Failed first, then warnings, passes, not applicable; worse severity first within each."""
+    return sorted(findings, key=lambda f: (STATUS_ORDER.get(f.get("status"), 9), -(f.get("severity") or 0)))
+
+
+def finding_counts(findings: list[dict]) -> dict:
+    counts = {s: 0 for s in STATUS_ORDER}
+    for f in findings:
+        counts[f.get("status")] = counts.get(f.get("status"), 0) + 1
+    return counts
+
+
+def compare_steps(results: dict[str, dict]) -> list[dict]:
+    """Per run and profiled step (by position: runs number steps differently), mean over ranks."""
+    rows = []
+    for run, result in results.items():
+        by_step: dict[int, list[dict]] = defaultdict(list)
+        for s in result["steps"]:
+            by_step[s["step"]].append(s)
+        for index, (step, items) in enumerate(sorted(by_step.items())):
+            rows.append({"run": run, "step_index": index, "step": step,
+                         "step_ms": _mean(i["step_ms"] for i in items),
+                         "exposed_comm_ms": _mean(i["exposed_comm_ms"] for i in items),
+                         "comm_ms": _mean(i["comm_ms"] for i in items),
+                         "compute_ms": _mean(i["compute_ms"] for i in items)})
+    return rows
+
+
+def compare_groups(results: dict[str, dict], top: int = 30) -> list[dict]:
+    """Per run and bucket/unit/phase: mean comm and exposed ms; the groups most exposed in either run."""
+    rows = [{"run": run, "group": group_label(s), "comm_ms": s["comm_ms"], "exposed_ms": s["exposed_ms"],
+             "hidden_ms": s["hidden_ms"], "busbw_gbps": s["busbw_gbps"]}
+            for run, result in results.items() for s in result["summary"]]
+    worst: dict[str, float] = defaultdict(float)
+    for r in rows:
+        worst[r["group"]] = max(worst[r["group"]], r["exposed_ms"] or 0)
+    keep = set(sorted(worst, key=lambda g: -worst[g])[:top])
+    return [r for r in rows if r["group"] in keep]

@@ -1,0 +1,168 @@
+"""Uploaded files -> a stored run: size limit, temp files, one error line per bad file.
+
+No Streamlit here: the upload page passes the files (anything with ``name``
+and ``getbuffer()``, as Streamlit's UploadedFile) and a progress callback.
+Storing is ``catalog.ingest``, atomic: on a bad file nothing is stored.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analyzer import api, inputs
+from analyzer.errors import InputError, UsageError
+
+ACCEPTED = (".json", ".json.gz", ".gz", ".zip")
+# Rough parse rate of one decode worker on uncompressed JSON, for the progress
+# estimate only; gzip inflates traces about 8x.
+PARSE_BYTES_PER_S = 60e6
+GZIP_RATIO = 8
+TICK_S = 0.25
+
+
+@dataclass
+class Outcome:
+    """What an upload came to: a run id, or the errors (one line per bad file)."""
+
+    run_id: int | None = None
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def total_bytes(files) -> int:
+    return sum(len(f.getbuffer()) for f in files)
+
+
+def size_error(files, limit_bytes: int) -> str | None:
+    """Why the upload is too large, or None."""
+    size = total_bytes(files)
+    if size > limit_bytes:
+        return (f"the upload holds {size / 2**20:,.1f} MiB, more than the limit of {limit_bytes / 2**20:,.0f} MiB "
+                "(set $OVERLAPSCOPE_MAX_UPLOAD_MB to change it)")
+    return None
+
+
+def parse_tags(text: str) -> dict:
+    """``key=value`` pairs separated by commas or new lines."""
+    tags = {}
+    for pair in re.split(r"[,\n]", text or ""):
+        pair = pair.strip()
+        if not pair:
+            continue
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"a tag is key=value, got {pair!r}")
+        tags[key.strip()] = value.strip()
+    return tags
+
+
+def default_run_name(names: list[str]) -> str:
+    """A run name from the uploaded file names: their common stem, else the first one's."""
+    stems = [re.sub(r"(\.pt)?\.trace|\.json|\.gz|\.zip", "", os.path.basename(n)) for n in names]
+    common = os.path.commonprefix(stems).rstrip("-_.") if stems else ""
+    common = re.sub(r"[-_.]?(rank|worker)$", "", common, flags=re.IGNORECASE)
+    return common or (stems[0] if stems else "upload")
+
+
+def _safe_name(name: str) -> str:
+    base = os.path.basename(name.replace("\\", "/"))
+    return re.sub(r"[^\w.+-]", "_", base) or "upload.json"
+
+
+def save(files, folder: Path) -> list[Path]:
+    """Write the uploads into ``folder`` under their own (sanitized, unique) names."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for f in files:
+        path = folder / _safe_name(f.name)
+        n = 1
+        while path.exists():  # two uploads of one name keep both
+            path = folder / f"{n}-{_safe_name(f.name)}"
+            n += 1
+        path.write_bytes(f.getbuffer())
+        paths.append(path)
+    return paths
+
+
+def _display(err: Exception, folder: Path) -> str:
+    return str(err).replace(f"{folder}{os.sep}", "")
+
+
+def check_each(paths: list[Path], folder: Path) -> list[str]:
+    """Cheap checks of every file on its own (name, zip archive, manifest): one line per bad file."""
+    errors = []
+    for path in paths:
+        if path.name == inputs.MANIFEST_NAME:  # read with the traces it describes (ingest names it if bad)
+            continue
+        if not path.name.lower().endswith(ACCEPTED):
+            errors.append(f"{path.name}: not a trace (.json, .json.gz) or a .zip of traces")
+            continue
+        try:
+            inputs.resolve([str(path)])
+        except InputError as err:
+            errors.append(_display(err, folder))
+    return errors
+
+
+def find_bad_files(paths: list[Path], folder: Path, known: str) -> list[str]:
+    """After a failed ingest: decode the other trace files one by one to name every bad one."""
+    errors = [known]
+    for path in paths:
+        if path.name == inputs.MANIFEST_NAME or path.name in known:
+            continue
+        try:
+            api.analyze([str(path)], workers=1)
+        except (InputError, UsageError) as err:
+            errors.append(_display(err, folder))
+    return errors
+
+
+def expected_seconds(paths: list[Path]) -> float:
+    """A rough parse time for the progress bar (workers decode ranks in parallel)."""
+    size = sum(p.stat().st_size * (GZIP_RATIO if p.suffix in (".gz", ".zip") else 1) for p in paths)
+    workers = max(1, min(len(paths), os.cpu_count() or 1))
+    return 0.5 + size / PARSE_BYTES_PER_S / workers
+
+
+def run_with_progress(work, on_progress, expected_s: float):
+    """Run ``work()`` in a thread; call ``on_progress(fraction, elapsed_s)`` until it ends.
+
+    The fraction is an estimate that approaches 0.95 (the loader reports no
+    progress of its own): 1 - exp(-elapsed / expected).
+    """
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(work)
+        while True:
+            try:
+                return future.result(timeout=TICK_S)
+            except FutureTimeout:
+                elapsed = time.monotonic() - start
+                on_progress(min(0.95, 1 - math.exp(-elapsed / max(expected_s, 0.1))), elapsed)
+
+
+def store(ingest, files, folder: Path, name: str, tags: dict, on_progress) -> Outcome:
+    """Save ``files`` under ``folder``, check them, and ``ingest(paths, name, tags)`` them.
+
+    ``ingest`` stores a run and returns its id (``data.ingest`` bound to the catalog).
+    """
+    start = time.monotonic()
+    on_progress(0.02, 0.0)
+    paths = save(files, folder)
+    errors = check_each(paths, folder)
+    if errors:
+        return Outcome(errors=errors, seconds=time.monotonic() - start)
+    on_progress(0.05, time.monotonic() - start)
+    try:
+        run_id = run_with_progress(lambda: ingest([str(p) for p in paths], name, tags), on_progress,
+                                   expected_seconds(paths))
+    except InputError as err:
+        return Outcome(errors=find_bad_files(paths, folder, _display(err, folder)), seconds=time.monotonic() - start)
+    on_progress(1.0, time.monotonic() - start)
+    return Outcome(run_id=run_id, seconds=time.monotonic() - start)

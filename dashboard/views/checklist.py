@@ -1,0 +1,37 @@
+"""Checklist: the diagnosis of the run, failed findings first, each with its evidence and fix."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import context, data, shape
+
+
+def _finding(f: dict) -> None:
+    icon = shape.STATUS_ICON.get(f.get("status"), ":material/help:")
+    with st.expander(f"{f['title']}", expanded=f.get("status") == "fail", icon=icon):
+        st.markdown(f"**Status:** {f.get('status')} · **severity** {f.get('severity')} · `{f.get('id')}`")
+        if f.get("evidence"):
+            st.markdown(f"**Evidence.** {f['evidence']}")
+        if f.get("fix") and f.get("status") in ("fail", "warn"):
+            st.markdown(f"**Fix.** {f['fix']}")
+
+
+def render() -> None:
+    ctx = context.current()
+    run = context.require_run(ctx)
+    st.title(f"Checklist · {run['name']}")
+    findings = shape.sorted_findings(data.diagnosis(*ctx.key())["findings"])
+    if not findings:
+        st.info("The checklist has no findings for this run.")
+        return
+    counts = shape.finding_counts(findings)
+    cols = st.columns(4)
+    for col, (status, label) in zip(cols, (("fail", ":red[failed]"), ("warn", ":orange[warnings]"),
+                                           ("pass", ":green[passed]"), ("n/a", "not applicable"))):
+        col.metric(label, counts.get(status, 0))
+    for f in findings:
+        _finding(f)
+
+
+render()

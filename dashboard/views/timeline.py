@@ -1,0 +1,57 @@
+"""Timeline: one step on a set of ranks, lane per GPU stream (or CPU thread), with the
+exposed parts of comm in violet. Large traces are merged into busy blocks."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, context, data, shape
+
+
+def _pickers(ctx, result: dict, steps: list[dict]) -> tuple[int, list[int]]:
+    worst = shape.slowest_step(result["steps"])
+    numbers = [s["step"] for s in steps]
+    default_step = worst["step"] if worst and worst["step"] in numbers else numbers[0]
+    ranks = [r["rank"] for r in result["ranks"]]
+    left, right = st.columns([1, 3])
+    step = left.selectbox("Step", numbers, index=numbers.index(default_step), key=f"tl_step_{ctx.run['run_id']}",
+                          help="The slowest step is selected first.")
+    chosen = right.multiselect("Ranks", ranks, default=shape.default_ranks(result["ranks"]),
+                               key=f"tl_ranks_{ctx.run['run_id']}",
+                               help="Few ranks draw faster; every lane is one GPU stream or CPU thread.")
+    return step, chosen
+
+
+def render() -> None:
+    ctx = context.current()
+    run = context.require_run(ctx)
+    st.title(f"Timeline · {run['name']}")
+    result = data.analysis(*ctx.key())
+    steps = data.steps(*ctx.key())
+    if not steps:
+        st.info("These traces have no ProfilerStep windows, so there is no step to draw.")
+        return
+    step, ranks = _pickers(ctx, result, steps)
+    if not ranks:
+        st.info("Choose at least one rank.")
+        return
+    tl = data.timeline(*ctx.key(), step, tuple(sorted(ranks)), ctx.settings.timeline_marks)
+    if not tl["lanes"]:
+        st.info(f"No device work in step {step} on the chosen ranks.")
+        return
+    st.altair_chart(charts.timeline(tl), width="stretch")
+    st.caption("Blue compute, aqua comm hidden behind compute, **violet comm exposed** (no compute of the rank "
+               "runs), orange memcpy/memset; grey is the step's window. Times are from each rank's own step start. "
+               "Scroll or drag to zoom; hover for name, bucket or unit, bytes and duration.")
+    if tl["aggregated"]:
+        st.info(f"Aggregated: {tl['raw_marks']:,} marks are drawn as {tl['drawn_marks']:,} "
+                f"(at most about {tl['max_marks']:,} per chart). Lanes with many events show busy blocks; "
+                "hover a block for how many events it merged and the longest one. Choose fewer ranks for detail.")
+    st.subheader("In this window")
+    st.dataframe(pd.DataFrame(tl["windows"]).drop(columns=["start_ns", "end_ns"]), hide_index=True)
+    st.caption("Exposed comm here counts the comm that runs in the window; the overview's per-step figure "
+               "counts the comm the step launched (it may run past the window's end).")
+
+
+render()

@@ -1,0 +1,110 @@
+"""End to end in a real headless browser: start ``overlapscope dashboard``, upload a
+run, see the overview figures, the timeline and the checklist.
+
+Playwright's Python package drives Debian's chromium (``apt-get install chromium``;
+``make test`` tries to install it); the test skips when either is missing.
+Screenshots go to ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from test_dashboard_cli import start_server, stop_server
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WAIT_MS = 60_000
+CHART = "[data-testid='stVegaLiteChart']"
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")]
+
+
+def _settle(page) -> None:
+    """Wait until Streamlit has finished running the page script."""
+    page.wait_for_selector("[data-testid='stApp']", timeout=WAIT_MS)
+    page.wait_for_function("!document.querySelector(\"[data-testid='stStatusWidget']\")", timeout=WAIT_MS)
+    page.wait_for_timeout(300)  # charts draw after the script ends
+
+
+def _no_exception(page) -> None:
+    assert page.locator("[data-testid='stException']").count() == 0, page.locator(
+        "[data-testid='stException']").first.inner_text()
+
+
+def _charts_drawn(page, at_least: int) -> None:
+    """At least ``at_least`` Vega-Lite charts, each drawn (a canvas or an svg inside)."""
+    page.wait_for_function(
+        f"document.querySelectorAll(\"{CHART} canvas, {CHART} svg.marks\").length >= {at_least}", timeout=WAIT_MS)
+
+
+def _open(page, title: str) -> None:
+    """Click a page in the menu; the callers wait for what the page shows (Playwright's expect
+    retries), as the script may not have started when the click returns."""
+    page.locator("[data-testid='stSidebarNav']").get_by_text(title, exact=True).click()
+    _settle(page)
+
+
+def test_upload_then_overview_timeline_and_checklist(tmp_path, dashboard_bundles):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    expect = sync_api.expect
+    ARTIFACTS.mkdir(exist_ok=True)
+    files = [str(p) for p in sorted(dashboard_bundles[0].iterdir()) if p.is_file() and ".json" in p.name]
+    proc, url = start_server(tmp_path / "catalog.duckdb")
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch_persistent_context(
+                tempfile.mkdtemp(dir=tmp_path), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                viewport={"width": 1400, "height": 1000})
+            page = browser.new_page()
+            page.goto(url)
+            _settle(page)
+            expect(page.get_by_text("The catalog holds no runs yet")).to_be_visible()
+
+            _open(page, "Upload")
+            page.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(files)
+            expect(page.locator("[data-testid='stFileChipName']")).to_have_count(len(files), timeout=WAIT_MS)
+            name = page.get_by_label("Run name")
+            name.fill("browser-run")
+            name.press("Enter")
+            _settle(page)
+            page.get_by_role("button", name="Analyze and store").click()
+            expect(page.get_by_text("Stored run #1 (browser-run)")).to_be_visible(timeout=WAIT_MS)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-upload.png"), full_page=True)
+
+            _open(page, "Overview")
+            expect(page.get_by_role("heading", name="Overview · browser-run")).to_be_visible()
+            figures = page.locator("[data-testid='stMetric']")
+            expect(figures.first).to_contain_text("Step time")
+            expect(figures.first).to_contain_text("ms")
+            expect(figures.nth(1)).to_contain_text("Exposed comm")
+            _charts_drawn(page, 2)
+            _no_exception(page)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-overview.png"), full_page=True)
+
+            _open(page, "Timeline")
+            expect(page.get_by_role("heading", name="Timeline · browser-run")).to_be_visible()
+            _charts_drawn(page, 1)
+            expect(page.get_by_text("violet comm exposed")).to_be_visible()
+            _no_exception(page)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-timeline.png"), full_page=True)
+
+            _open(page, "Checklist")
+            expect(page.get_by_role("heading", name="Checklist · browser-run")).to_be_visible()
+            expect(page.locator("[data-testid='stExpander']").first).to_be_visible()
+            expect(page.get_by_text("not applicable")).to_be_visible()
+            _no_exception(page)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-checklist.png"), full_page=True)
+            browser.close()
+    finally:
+        stop_server(proc)
+    for shot in ("upload", "overview", "timeline", "checklist"):
+        assert (ARTIFACTS / f"dashboard-{shot}.png").stat().st_size > 10_000

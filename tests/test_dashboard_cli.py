@@ -1,0 +1,154 @@
+"""``overlapscope dashboard``: the command line it runs, the catalog it prepares, a real start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from analyzer import catalog, cli, cli_dashboard
+from dashboard.settings import from_env
+
+
+def args(**kw) -> Namespace:
+    base = dict(db=None, port=8501, address=None, max_upload_mb=None, no_samples=False)
+    return Namespace(**{**base, **kw})
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["dashboard", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--db", "--port", "--max-upload-mb", "--no-samples", "--address"):
+        assert option in out
+
+
+def test_streamlit_command_and_environment(tmp_path):
+    argv, env = cli_dashboard.streamlit_command(args(db=str(tmp_path / "c.duckdb"), port=9123, max_upload_mb=64,
+                                                     no_samples=True, address="127.0.0.1"), environ={})
+    assert argv[:4] == [sys.executable, "-m", "streamlit", "run"]
+    assert Path(argv[4]) == Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    assert argv[argv.index("--server.port") + 1] == "9123"
+    assert argv[argv.index("--server.maxUploadSize") + 1] == "64"
+    assert argv[argv.index("--server.address") + 1] == "127.0.0.1"
+    assert argv[argv.index("--browser.gatherUsageStats") + 1] == "false"
+    settings = from_env(env)  # what the app will read
+    assert settings.db_path == (tmp_path / "c.duckdb").resolve()
+    assert settings.max_upload_bytes == 64 * 1024 * 1024 and not settings.load_samples
+
+
+def test_default_catalog_is_the_user_data_dir(tmp_path):
+    _, env = cli_dashboard.streamlit_command(args(), environ={})
+    assert env["OVERLAPSCOPE_DB"] == str(catalog.default_path().resolve())
+    assert from_env(env).load_samples
+
+
+@pytest.mark.parametrize("bad", [dict(port=0), dict(port=70000), dict(max_upload_mb=0)])
+def test_bad_options_fail_in_one_line(capsys, tmp_path, bad):
+    argv = ["dashboard", "--db", str(tmp_path / "c.duckdb")]
+    if "port" in bad:
+        argv += ["--port", str(bad["port"])]
+    else:
+        argv += ["--max-upload-mb", str(bad["max_upload_mb"])]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("overlapscope: error: --") and err.count("\n") == 1
+
+
+def test_bad_setting_in_the_environment_fails_in_one_line(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("OVERLAPSCOPE_TIMELINE_MARKS", "many")
+    assert cli.main(["dashboard", "--db", str(tmp_path / "c.duckdb")]) == 2
+    assert "OVERLAPSCOPE_TIMELINE_MARKS" in capsys.readouterr().err
+
+
+def test_it_prepares_the_catalog_and_runs_streamlit(monkeypatch, tmp_path, dashboard_bundles):
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    (samples / "one").symlink_to(dashboard_bundles[0], target_is_directory=True)
+    monkeypatch.setenv("OVERLAPSCOPE_SAMPLES_DIR", str(samples))
+    launched = {}
+
+    class FakeProcess:
+        def __init__(self, argv, env):
+            launched.update(argv=argv, env=env)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(cli_dashboard.subprocess, "Popen", FakeProcess)
+    db = tmp_path / "new" / "catalog.duckdb"
+    assert cli.main(["dashboard", "--db", str(db), "--port", "8765"]) == 0
+    assert launched["env"]["OVERLAPSCOPE_DB"] == str(db.resolve())
+    con = catalog.open_catalog(db, read_only=True)
+    assert [r["name"] for r in catalog.runs(con)] == ["sample/one"]
+    con.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the dashboard exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"the dashboard did not answer at {url} within {timeout_s} s")
+
+
+def start_server(db: Path, *extra: str):
+    """``overlapscope dashboard`` as a user starts it; returns (process, url)."""
+    port = _free_port()
+    exe = Path(sys.executable).parent / "overlapscope"
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "analyzer.cli"]
+    proc = subprocess.Popen([*command, "dashboard", "--db", str(db), "--port", str(port),
+                             "--address", "127.0.0.1", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "OVERLAPSCOPE_NO_SAMPLES": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+    except AssertionError:
+        stop_server(proc)
+        raise
+    return proc, url
+
+
+def stop_server(proc) -> None:
+    """Stop the process group this test started (the CLI and its Streamlit child)."""
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_the_server_starts_and_serves(tmp_path):
+    proc, url = start_server(tmp_path / "catalog.duckdb")
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert r.status == 200 and b"<html" in r.read().lower()
+    finally:
+        stop_server(proc)

@@ -1,0 +1,206 @@
+"""Every dashboard page in Streamlit's AppTest: on real runs in a catalog, and on an empty catalog."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from analyzer import catalog
+
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+RUN_PAGES = ["views/overview.py", "views/timeline.py", "views/buckets.py", "views/model.py",
+             "views/checklist.py", "views/compare.py"]
+PAGES = RUN_PAGES + ["views/upload.py"]
+TIMEOUT_S = 60
+
+
+def open_app(monkeypatch, db: Path, page: str | None = None, **env) -> AppTest:
+    """The app on catalog ``db`` (no sample loading unless asked), run once, then on ``page``."""
+    monkeypatch.setenv("OVERLAPSCOPE_DB", str(db))
+    monkeypatch.setenv("OVERLAPSCOPE_NO_SAMPLES", "1")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    at.run()
+    assert not at.exception, at.exception
+    if page:
+        at.switch_page(page).run()
+    return at
+
+
+def charts(at: AppTest) -> list[dict]:
+    """The Vega-Lite specs of the page's charts (Streamlit ships their data apart, as Arrow)."""
+    return [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+
+
+def chart_rows(at: AppTest, index: int = 0) -> list[dict]:
+    """Every row of every dataset of the page's ``index``-th chart."""
+    chart = at.get("vega_lite_chart")[index]
+    return [row for d in chart.proto.datasets for row in pa.ipc.open_stream(d.data.data).read_all().to_pylist()]
+
+
+def no_errors(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_on_a_real_run(monkeypatch, dashboard_db, page):
+    at = open_app(monkeypatch, dashboard_db, page)
+    no_errors(at)
+    assert at.title, "every page has a title"
+    assert at.sidebar.selectbox[0].value == 2, "the newest run is selected first"
+
+
+def test_overview_figures_and_highlights(monkeypatch, dashboard_db):
+    at = open_app(monkeypatch, dashboard_db, "views/overview.py")
+    labels = [m.label for m in at.metric]
+    assert labels == ["Step time", "Exposed comm / step", "Overlap", "Slowest rank", "Slowest step"]
+    assert all(m.value.endswith("ms") for m in at.metric[:2])
+    breakdown, heatmap = charts(at)
+    assert "layer" in heatmap  # the cells and the slowest cell's outline
+    ranks, steps = (d.value for d in at.dataframe)
+    assert ranks["slowest"].tolist().count("◀") == 1 and steps["slowest"].tolist().count("◀") == 1
+    assert {"compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms", "overlap_pct"} <= set(steps.columns)
+
+
+def test_overview_follows_the_run_picker(monkeypatch, dashboard_db):
+    at = open_app(monkeypatch, dashboard_db, "views/overview.py")
+    at.sidebar.selectbox[0].set_value(1).run()
+    no_errors(at)
+    assert at.title[0].value == "Overview · sample-a"
+
+
+def test_timeline_draws_lanes_with_exposed_comm(monkeypatch, dashboard_db):
+    at = open_app(monkeypatch, dashboard_db, "views/timeline.py")
+    no_errors(at)
+    (spec,) = charts(at)
+    kinds = {row["kind"] for row in chart_rows(at) if "kind" in row}
+    assert {"compute", "comm"} <= kinds
+    assert len(spec["layer"]) == 3
+    step_box = at.selectbox(key="tl_step_2")
+    other = next(s for s in step_box.options if s != step_box.value)
+    step_box.set_value(int(other)).run()
+    no_errors(at)
+    at.multiselect(key="tl_ranks_2").set_value([0]).run()
+    no_errors(at)
+    lanes = {row["lane"] for row in chart_rows(at)}
+    assert lanes and all(lane.startswith("r0 ") for lane in lanes)
+
+
+def test_timeline_says_when_it_aggregates(monkeypatch, dashboard_db):
+    at = open_app(monkeypatch, dashboard_db, "views/timeline.py", OVERLAPSCOPE_TIMELINE_MARKS="20")
+    no_errors(at)
+    assert any(i.value.startswith("Aggregated:") for i in at.info)
+
+
+def test_buckets_page_shows_groups_and_predictions(monkeypatch, dashboard_db):
+    at = open_app(monkeypatch, dashboard_db, "views/buckets.py")
+    no_errors(at)
+    assert len(charts(at)) >= 2
+    groups = at.dataframe[0].value
+    assert {"exposed_ms", "hidden_ms", "busbw_gbps", "predicted_comm_ms"} <= set(groups.columns)
+
+
+def test_model_page_on_both_runs(monkeypatch, dashboard_db):
+    at = open_app(monkeypatch, dashboard_db, "views/model.py")
+    for run_id in (2, 1):
+        at.sidebar.selectbox[0].set_value(run_id).run()
+        no_errors(at)
+        con = catalog.open_catalog(dashboard_db, read_only=True)
+        manifest = con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
+        con.close()
+        manifest = json.loads(manifest) if manifest else {}
+        infos = " ".join(i.value for i in at.info)
+        if manifest.get("params"):
+            assert any("stage" in json.dumps(c) for c in charts(at)), "memory per stage is drawn"
+        else:
+            assert "parameter count is unknown" in infos
+        if not manifest.get("tokens_per_microbatch"):
+            assert "tokens per GPU per micro-batch" in infos or "Cannot draw" in infos
+            entry = [n for n in at.number_input if n.key == f"model_tokens_{run_id}"]
+            if entry:  # the seed's curve is drawn: place this run by entering its tokens
+                entry[0].set_value(4096).run()
+                no_errors(at)
+                assert any(m.value.startswith("Verdict at T = 4,096: **") for m in at.markdown)
+        if not manifest.get("params"):
+            at.number_input(key=f"model_params_{run_id}").set_value(1_000_000_000).run()
+            no_errors(at)
+            assert any("stage" in json.dumps(c) for c in charts(at))
+
+
+def test_checklist_lists_failed_findings_first(monkeypatch, dashboard_db):
+    at = open_app(monkeypatch, dashboard_db, "views/checklist.py")
+    no_errors(at)
+    expanders = at.expander
+    assert expanders, "one expander per finding"
+    order = {":material/cancel:": 0, ":material/warning:": 1, ":material/check_circle:": 2,
+             ":material/remove_circle_outline:": 3}
+    statuses = [order[e.proto.icon] for e in expanders]
+    assert all(e.proto.expanded == (e.proto.icon == ":material/cancel:") for e in expanders)
+    assert statuses == sorted(statuses)
+    assert sum(int(m.value) for m in at.metric) == len(expanders)
+
+
+def test_compare_two_runs(monkeypatch, dashboard_db):
+    at = open_app(monkeypatch, dashboard_db, "views/compare.py")
+    no_errors(at)
+    assert at.selectbox(key="cmp_a").value == 2 and at.selectbox(key="cmp_b").value == 1
+    runs = {row["run"] for row in chart_rows(at, 0)}
+    assert runs == {"A: sample-b #2", "B: sample-a #1"}
+    assert len(charts(at)) == 2 and len(at.metric) == 4
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_on_an_empty_catalog(monkeypatch, tmp_path, page):
+    at = open_app(monkeypatch, tmp_path / "empty.duckdb", page)
+    no_errors(at)
+    if page in RUN_PAGES:
+        assert any("no runs yet" in i.value for i in at.info)
+    else:
+        assert at.get("file_uploader")
+
+
+def test_a_fresh_catalog_gets_the_sample_runs(monkeypatch, tmp_path, dashboard_bundles):
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    (samples / "first").symlink_to(dashboard_bundles[0], target_is_directory=True)
+    db = tmp_path / "fresh.duckdb"
+    at = open_app(monkeypatch, db, "views/overview.py", OVERLAPSCOPE_NO_SAMPLES="0",
+                  OVERLAPSCOPE_SAMPLES_DIR=str(samples))
+    no_errors(at)
+    assert at.title[0].value == "Overview · sample/first"
+    assert at.metric and at.metric[0].value.endswith("ms")
+
+
+def test_a_catalog_locked_by_another_process_gives_a_message(monkeypatch, tmp_path, dashboard_db):
+    """An ingest in another process holds the write lock: the page says so instead of failing,
+    and works again once the lock is gone (the dashboard never holds the catalog between renders)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from dashboard import data
+
+    db = tmp_path / "locked.duckdb"
+    shutil.copy(dashboard_db, db)
+    monkeypatch.setattr(data, "WAIT_S", 0.5)
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
+                               "print('locked', flush=True); time.sleep(60)", str(db)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"locked"
+        monkeypatch.setenv("OVERLAPSCOPE_DB", str(db))
+        monkeypatch.setenv("OVERLAPSCOPE_NO_SAMPLES", "1")
+        at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
+        assert not at.exception
+        assert "in use by another process" in at.warning[0].value
+    finally:
+        holder.kill()
+        holder.wait()
+    at.run()
+    no_errors(at)
+    assert at.title[0].value.startswith("Overview · ")

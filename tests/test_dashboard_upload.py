@@ -1,0 +1,168 @@
+"""Upload: files -> a stored run, one error line per bad file, nothing half-stored, a size limit."""
+
+from __future__ import annotations
+
+import functools
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from analyzer import catalog
+from analyzer.errors import UsageError
+from dashboard import data, uploads
+from test_dashboard_pages import no_errors, open_app
+
+
+class Upload:
+    """What Streamlit's UploadedFile offers the upload code: a name and the bytes."""
+
+    def __init__(self, name: str, content: bytes):
+        self.name, self.content = name, content
+
+    def getbuffer(self) -> memoryview:
+        return memoryview(self.content)
+
+
+def bundle_files(bundle: Path) -> list[tuple[str, bytes]]:
+    return [(p.name, p.read_bytes()) for p in sorted(bundle.iterdir()) if p.is_file() and ".json" in p.name]
+
+
+def stored_runs(db: Path) -> list[dict]:
+    if not db.exists():
+        return []
+    con = catalog.open_catalog(db, read_only=True)
+    try:
+        return catalog.runs(con)
+    finally:
+        con.close()
+
+
+# --- the upload code -----------------------------------------------------------------
+
+
+def test_tags_and_default_names():
+    assert uploads.parse_tags("branch=main, gpus=8\nnote = a b") == {"branch": "main", "gpus": "8", "note": "a b"}
+    assert uploads.parse_tags("") == {}
+    with pytest.raises(UsageError, match="key=value"):
+        uploads.parse_tags("branch")
+    assert uploads.default_run_name(["llama-rank-0.pt.trace.json.gz", "llama-rank-1.pt.trace.json.gz"]) == "llama"
+    assert uploads.default_run_name(["run.zip"]) == "run"
+
+
+def test_save_keeps_every_file_under_a_safe_name(tmp_path):
+    paths = uploads.save([Upload("../../etc/rank-0.json", b"{}"), Upload("rank 0.json", b"[]"),
+                          Upload("rank-0.json", b"1")], tmp_path)
+    assert [p.name for p in paths] == ["rank-0.json", "rank_0.json", "1-rank-0.json"]
+    assert all(p.parent == tmp_path for p in paths)
+    assert paths[2].read_bytes() == b"1"
+
+
+def test_size_limit():
+    files = [Upload("a.json", b"x" * 600), Upload("b.json", b"x" * 600)]
+    assert uploads.size_error(files, 2000) is None
+    assert "more than the limit" in uploads.size_error(files, 1000)
+
+
+def test_cheap_checks_name_each_bad_file(tmp_path):
+    paths = uploads.save([Upload("notes.txt", b"hi"), Upload("broken.zip", b"not a zip"),
+                          Upload("rank-0.json", b"{}"), Upload("manifest.json", b"{}")], tmp_path)
+    errors = uploads.check_each(paths, tmp_path)
+    assert len(errors) == 2
+    assert errors[0].startswith("notes.txt: not a trace") and errors[1].startswith("broken.zip: ")
+    assert str(tmp_path) not in " ".join(errors), "errors name the uploaded file, not the temp folder"
+
+
+def test_store_is_all_or_nothing(tmp_path, dashboard_bundles):
+    db = str(tmp_path / "catalog.duckdb")
+    data.prepare_catalog(db, load_samples=False)
+    ingest = functools.partial(data.ingest, db)
+    good = [Upload(n, c) for n, c in bundle_files(dashboard_bundles[0])]
+    rank0 = next(u for u in good if u.name.startswith("rank-0"))
+    bad = [rank0, Upload("rank-1.json", b'{"traceEvents": 5}'), Upload("rank-2.json", b"{oops")]
+    seen = []
+    outcome = uploads.store(ingest, bad, tmp_path / "up1", "broken", {}, lambda f, s: seen.append(f))
+    assert outcome.run_id is None and len(outcome.errors) == 2
+    assert outcome.errors[0].startswith(("rank-1.json: ", "rank-2.json: "))
+    assert {e.split(":")[0] for e in outcome.errors} == {"rank-1.json", "rank-2.json"}
+    assert stored_runs(Path(db)) == []
+    outcome = uploads.store(ingest, good, tmp_path / "up2", "good", {"k": "v"}, lambda f, s: seen.append(f))
+    assert outcome.errors == [] and outcome.run_id == 1
+    assert [r["name"] for r in stored_runs(Path(db))] == ["good"]
+    assert seen[-1] == 1.0 and all(0 <= f <= 1 for f in seen)
+
+
+def test_progress_is_reported_while_the_work_runs():
+    import time
+
+    ticks = []
+    result = uploads.run_with_progress(lambda: time.sleep(0.6) or 42, lambda f, s: ticks.append((f, s)), 1.0)
+    assert result == 42 and len(ticks) >= 2
+    assert all(0 < f < 0.96 for f, _ in ticks) and ticks == sorted(ticks)
+
+
+# --- the page ------------------------------------------------------------------------
+
+
+def _upload(at, files: list[tuple[str, bytes]], name: str = "uploaded"):
+    at.file_uploader(key="upload_files").set_value([(n, c, "application/octet-stream") for n, c in files])
+    at.run()
+    at.text_input(key="upload_name").input(name)
+    at.button(key="upload_go").click()
+    return at.run()
+
+
+def test_upload_page_stores_a_run_and_selects_it(monkeypatch, tmp_path, dashboard_bundles):
+    db = tmp_path / "catalog.duckdb"
+    at = open_app(monkeypatch, db, "views/upload.py")
+    _upload(at, bundle_files(dashboard_bundles[0]), "my-run")
+    no_errors(at)
+    assert any("Stored run #1" in s.value for s in at.success)
+    assert [(r["name"], r["ranks"]) for r in stored_runs(db)] == [("my-run", 2)]
+    at.switch_page("views/overview.py").run()
+    no_errors(at)
+    assert at.sidebar.selectbox[0].value == 1 and at.title[0].value == "Overview · my-run"
+
+
+def test_upload_page_takes_a_zip(monkeypatch, tmp_path, dashboard_bundles):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for name, content in bundle_files(dashboard_bundles[0]):
+            zf.writestr(f"run/{name}", content)
+    db = tmp_path / "catalog.duckdb"
+    at = open_app(monkeypatch, db, "views/upload.py")
+    _upload(at, [("run.zip", buffer.getvalue())], "zipped")
+    no_errors(at)
+    assert [r["name"] for r in stored_runs(db)] == ["zipped"]
+
+
+def test_upload_page_names_each_bad_file_and_stores_nothing(monkeypatch, tmp_path, dashboard_bundles):
+    db = tmp_path / "catalog.duckdb"
+    at = open_app(monkeypatch, db, "views/upload.py")
+    rank0 = next(f for f in bundle_files(dashboard_bundles[0]) if f[0].startswith("rank-0"))
+    _upload(at, [rank0, ("rank-7.json", b"not json at all"), ("rank-8.json.gz", b"not gzip")], "bad")
+    assert not at.exception
+    lines = [e.value for e in at.error]
+    assert {line.split(":")[0] for line in lines} == {"rank-7.json", "rank-8.json.gz"}
+    assert stored_runs(db) == []
+
+
+def test_upload_page_enforces_the_size_limit(monkeypatch, tmp_path):
+    db = tmp_path / "catalog.duckdb"
+    at = open_app(monkeypatch, db, "views/upload.py", OVERLAPSCOPE_MAX_UPLOAD_MB="1")
+    _upload(at, [("rank-0.json", b" " * (2 * 1024 * 1024))], "big")
+    assert [e.value for e in at.error][0].startswith("the upload holds 2.0 MiB, more than the limit of 1 MiB")
+    assert stored_runs(db) == []
+
+
+def test_upload_page_wants_a_name_and_good_tags(monkeypatch, tmp_path, dashboard_bundles):
+    db = tmp_path / "catalog.duckdb"
+    at = open_app(monkeypatch, db, "views/upload.py")
+    files = bundle_files(dashboard_bundles[0])
+    _upload(at, files, "  ")
+    assert [e.value for e in at.error] == ["Give the run a name."]
+    at.text_input(key="upload_tags").input("nokey")
+    _upload(at, files, "named")
+    assert "key=value" in at.error[0].value
+    assert stored_runs(db) == []
