@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from . import store
-from .errors import UsageError
+from .errors import CatalogBusy, UsageError
 from .load import load
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -37,14 +37,19 @@ def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False)
     try:
         return store.connect(str(path), read_only=read_only)
     except duckdb.IOException as err:  # another process holds the file (a running dashboard)
-        raise UsageError(f"{path}: cannot open the catalog: {str(err).splitlines()[0]}") from None
+        raise CatalogBusy(f"{path}: cannot open the catalog: {str(err).splitlines()[0]}") from None
 
 
-def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None) -> int:
-    """Store the traces at ``paths`` as run ``name`` with its headline metrics; return its run id."""
+def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None,
+           on_decoded=None) -> int:
+    """Store the traces at ``paths`` as run ``name`` with its headline metrics; return its run id.
+
+    ``on_decoded(done, total)`` reports each decoded file (from the calling thread).
+    """
     if not name:
         raise UsageError("a run needs a name (--run NAME)")
-    run_id = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers).run_id
+    run_id = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers,
+                  on_decoded=on_decoded).run_id
     write_metrics(con, run_id)
     return run_id
 

@@ -18,3 +18,7 @@ class InputError(Exception):
 
 class UsageError(Exception):
     """Bad command-line arguments or options that the library cannot act on."""
+
+
+class CatalogBusy(UsageError):
+    """The catalog file is locked by another process (DuckDB allows one writer)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from .decode import DETAILS, RankData, decode_source
@@ -41,15 +41,21 @@ def _pool_context():
 
 
 def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | None = None,
-               while_waiting=None) -> list[RankData]:
+               while_waiting=None, on_decoded=None) -> list[RankData]:
     """Decode every source; the first bad file stops the load with its error.
 
     ``while_waiting`` runs in this process while the workers decode (opening
-    the store overlaps with parsing instead of following it).
+    the store overlaps with parsing instead of following it); ``on_decoded(done,
+    total)`` is called as each file is decoded (a progress bar).
     """
-    n = _workers(len(sources), workers)
+    total = len(sources)
+    report = on_decoded or (lambda done, total: None)
+    n = _workers(total, workers)
     if n == 1:
-        ranks = [decode_source(s, detail) for s in sources]
+        ranks = []
+        for s in sources:
+            ranks.append(decode_source(s, detail))
+            report(len(ranks), total)
         if while_waiting:
             while_waiting()
         return ranks
@@ -57,12 +63,12 @@ def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | 
         futures = [pool.submit(decode_source, s, detail) for s in sources]
         if while_waiting:
             while_waiting()
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for f in futures:
-            if f.done() and f.exception() is not None:
-                for p in pending:
+        for done, f in enumerate(as_completed(futures), start=1):
+            if f.exception() is not None:
+                for p in futures:
                     p.cancel()
                 raise f.exception()
+            report(done, total)
         return [f.result() for f in futures]
 
 
@@ -87,7 +93,7 @@ def check_ranks(ranks: list[RankData]) -> None:
 
 
 def load(paths: list[str], con=None, name: str | None = None, tags: dict | None = None,
-         detail: str = "full", workers: int | None = None) -> Loaded:
+         detail: str = "full", workers: int | None = None, on_decoded=None) -> Loaded:
     """Load traces into ``con`` (a new in-memory store when None) as one run.
 
     ``detail`` (decode.DETAILS) chooses how much of each trace is kept: the
@@ -104,7 +110,8 @@ def load(paths: list[str], con=None, name: str | None = None, tags: dict | None 
 
     if detail not in DETAILS:
         raise ValueError(f"detail must be one of {DETAILS}")
-    ranks = decode_all(inputs.sources, detail=detail, workers=workers, while_waiting=open_store)
+    ranks = decode_all(inputs.sources, detail=detail, workers=workers, while_waiting=open_store,
+                       on_decoded=on_decoded)
     check_ranks(ranks)
     ranks.sort(key=lambda r: r.meta["rank"])
     from . import store

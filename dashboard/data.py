@@ -23,7 +23,7 @@ import duckdb
 import streamlit as st
 
 from analyzer import api, catalog, runfacts, timeline as timeline_analysis
-from analyzer.errors import UsageError
+from analyzer import errors
 
 WAIT_S = 10.0  # how long a page waits for a catalog another process is writing
 RETRY_S = 0.2
@@ -76,9 +76,7 @@ def _open(db: str, write: bool, wait_s: float):
     while True:
         try:
             return catalog.open_catalog(db, read_only=not write)
-        except (duckdb.IOException, UsageError) as err:  # the catalog wraps DuckDB's lock error
-            if "lock" not in str(err).lower():
-                raise
+        except (duckdb.IOException, errors.CatalogBusy) as err:  # another process holds the file
             if time.monotonic() > deadline:
                 raise CatalogBusy(f"{db}: the catalog is in use by another process "
                                   "(an ingest?); try again in a moment") from None
@@ -188,11 +186,12 @@ def timeline(db: str, run_id: int, run_stamp: str, step: int, ranks: tuple[int, 
         return timeline_analysis.timeline(con, run_id, step, list(ranks), attribution=rows, max_marks=max_marks)
 
 
-def ingest(db: str, paths: list[str], name: str, tags: dict) -> int:
+def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None) -> int:
     """Store a run (``catalog.ingest``: all of it or nothing); return its id.
 
     Safe to call from a worker thread (no Streamlit calls); call ``runs.clear()``
-    afterwards so the new run shows in the picker at once.
+    afterwards so the new run shows in the picker at once. ``on_decoded(done,
+    total)`` reports each decoded file.
     """
     with connect(db, write=True) as con:
-        return catalog.ingest(con, paths, name, tags)
+        return catalog.ingest(con, paths, name, tags, on_decoded=on_decoded)

@@ -130,11 +130,12 @@ def expected_seconds(paths: list[Path]) -> float:
     return 0.5 + size / PARSE_BYTES_PER_S / workers
 
 
-def run_with_progress(work, on_progress, expected_s: float):
+def run_with_progress(work, on_progress, expected_s: float, decoded: dict | None = None):
     """Run ``work()`` in a thread; call ``on_progress(fraction, elapsed_s)`` until it ends.
 
-    The fraction is an estimate that approaches 0.95 (the loader reports no
-    progress of its own): 1 - exp(-elapsed / expected).
+    ``decoded`` ({"done": n, "total": m}, updated by the loader as each rank's file
+    is decoded) drives the bar up to 0.9; storing takes the rest. Before the first
+    file is done the bar creeps on an estimate: 1 - exp(-elapsed / expected).
     """
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -144,13 +145,19 @@ def run_with_progress(work, on_progress, expected_s: float):
                 return future.result(timeout=TICK_S)
             except FutureTimeout:
                 elapsed = time.monotonic() - start
-                on_progress(min(0.95, 1 - math.exp(-elapsed / max(expected_s, 0.1))), elapsed)
+                estimate = 1 - math.exp(-elapsed / max(expected_s, 0.1))
+                if decoded and decoded.get("total"):
+                    fraction = 0.05 + 0.85 * max(decoded["done"] / decoded["total"], 0.5 * estimate / decoded["total"])
+                else:
+                    fraction = estimate
+                on_progress(min(0.95, fraction), elapsed)
 
 
 def store(ingest, files, folder: Path, name: str, tags: dict, on_progress) -> Outcome:
     """Save ``files`` under ``folder``, check them, and ``ingest(paths, name, tags)`` them.
 
-    ``ingest`` stores a run and returns its id (``data.ingest`` bound to the catalog).
+    ``ingest`` stores a run and returns its id (``data.ingest`` bound to the catalog);
+    it reports each decoded file through its ``on_decoded`` argument.
     """
     start = time.monotonic()
     on_progress(0.02, 0.0)
@@ -159,9 +166,14 @@ def store(ingest, files, folder: Path, name: str, tags: dict, on_progress) -> Ou
     if errors:
         return Outcome(errors=errors, seconds=time.monotonic() - start)
     on_progress(0.05, time.monotonic() - start)
+    decoded = {"done": 0, "total": 0}
+
+    def on_decoded(done: int, total: int) -> None:  # called in the ingest thread
+        decoded.update(done=done, total=total)
+
     try:
-        run_id = run_with_progress(lambda: ingest([str(p) for p in paths], name, tags), on_progress,
-                                   expected_seconds(paths))
+        run_id = run_with_progress(lambda: ingest([str(p) for p in paths], name, tags, on_decoded=on_decoded),
+                                   on_progress, expected_seconds(paths), decoded)
     except InputError as err:
         return Outcome(errors=find_bad_files(paths, folder, _display(err, folder)), seconds=time.monotonic() - start)
     on_progress(1.0, time.monotonic() - start)

@@ -73,3 +73,10 @@ def test_unknown_run_and_bad_tag(tmp_path, db, capsys):
     assert "no run 'nope'" in capsys.readouterr().err
     assert main(["ingest", bundle(tmp_path / "a"), "--run", "x", "--tag", "novalue"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_ingest_reports_each_decoded_file(tmp_path, db):
+    seen = []
+    con = catalog.open_catalog()
+    catalog.ingest(con, [bundle(tmp_path / "a")], "progress", on_decoded=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 2), (2, 2)]

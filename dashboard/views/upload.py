@@ -35,7 +35,7 @@ def _store(settings, files, name: str, tags: dict) -> uploads.Outcome:
         bar = st.progress(0.0, text="Saving the uploads...")
 
         def progress(fraction: float, elapsed_s: float) -> None:
-            text = "Parsing and storing (estimated)" if fraction < 1 else "Stored"
+            text = "Parsing and storing" if fraction < 1 else "Stored"
             bar.progress(fraction, text=f"{text} · {elapsed_s:.1f} s")
 
         with tempfile.TemporaryDirectory(prefix="overlapscope-upload-") as tmp:
