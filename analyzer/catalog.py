@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import store
 from .errors import CatalogBusy, UsageError
 from .load import load
+
+# store (and with it duckdb) is imported inside the functions: a command that
+# decodes traces forks its workers before duckdb starts any thread.
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
 
@@ -28,6 +30,8 @@ def default_path() -> Path:
 def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False):
     """Open (creating it if needed) the catalog file and return a DuckDB connection."""
     import duckdb
+
+    from . import store
 
     path = Path(path) if path else default_path()
     if read_only and not path.exists():
