@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
@@ -33,11 +34,21 @@ def _workers(n_files: int, workers: int | None) -> int:
 
 
 def _pool_context():
-    # fork starts a worker in milliseconds and shares the imported modules;
-    # it is the default on Linux for 3.11-3.13. Elsewhere, spawn.
-    if sys.platform.startswith("linux"):
+    """fork when it is safe, else a fork server.
+
+    fork starts a worker in milliseconds with the decoder already imported, but
+    forking a process that runs other threads can deadlock the child (a lock
+    held by a thread that does not exist there). DuckDB starts native threads
+    when a connection opens, and the dashboard serves from threads: then a fork
+    server (a clean process that forks the workers) is used instead.
+    """
+    if not sys.platform.startswith("linux"):
+        return multiprocessing.get_context("spawn")
+    if "duckdb" not in sys.modules and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["analyzer.decode"])
+    return ctx
 
 
 def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | None = None,
