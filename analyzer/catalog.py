@@ -45,27 +45,41 @@ def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False)
 
 
 def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None,
-           on_decoded=None) -> int:
+           on_decoded=None, open_con=None) -> int:
     """Store the traces at ``paths`` as run ``name`` with its headline metrics; return its run id.
 
-    ``on_decoded(done, total)`` reports each decoded file (from the calling thread).
+    Pass ``con=None`` and ``open_con`` (a function returning the catalog's
+    connection) to decode the ranks in parallel first: workers are forked only
+    while no DuckDB connection is open. ``on_decoded(done, total)`` reports each
+    decoded file (from the calling thread).
     """
     if not name:
         raise UsageError("a run needs a name (--run NAME)")
-    run_id = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers,
-                  on_decoded=on_decoded).run_id
-    write_metrics(con, run_id)
-    return run_id
+    loaded = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers,
+                  on_decoded=on_decoded, open_con=open_con)
+    write_metrics(loaded.con, loaded.run_id)
+    return loaded.run_id
 
 
 def write_metrics(con, run_id: int) -> dict:
-    """Compute and store the run's headline figures (the metrics table)."""
+    """Compute and store the run's headline figures (the metrics table).
+
+    Per step, like the step time beside them: the median over a rank's steps,
+    then the worst rank (exposed comm, step time) or the mean of the ranks. A
+    trace without ProfilerStep windows falls back to its whole-trace figures.
+    """
     from . import overlap
 
-    ranks = overlap.compute(con, run_id)["ranks"]
+    result = overlap.compute(con, run_id)
+    by_rank: dict[int, list[dict]] = {}
+    for s in result["steps"]:
+        by_rank.setdefault(s["rank"], []).append(s)
+    rows = [{k: _median([s[k] for s in steps if s[k] is not None])
+             for k in ("step_ms", "exposed_comm_ms", "comm_ms", "compute_ms", "overlap_pct", "idle_ms")}
+            for steps in by_rank.values()] or result["ranks"]
 
     def values(key):
-        return [r[key] for r in ranks if r[key] is not None]
+        return [r[key] for r in rows if r[key] is not None]
 
     figures = {
         "exposed_comm_ms": max(values("exposed_comm_ms"), default=None),
@@ -78,6 +92,11 @@ def write_metrics(con, run_id: int) -> dict:
     con.execute("DELETE FROM metrics WHERE run_id = ?", [run_id])
     con.executemany("INSERT INTO metrics VALUES (?, ?, ?)", [(run_id, k, v) for k, v in figures.items()])
     return figures
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(values)
+    return values[len(values) // 2] if values else None
 
 
 def _mean(values: list[float]) -> float | None:

@@ -45,16 +45,21 @@ def add_parser(sub) -> None:
 
 
 def run_ingest(args) -> int:
-    con = catalog.open_catalog(args.db)
-    run_id = catalog.ingest(con, args.paths, args.run, _tags(args.tag), workers=args.workers)
-    row = catalog.runs(con, args.run)[0]
+    opened = []
+
+    def open_con():  # after the decode workers have forked
+        opened.append(catalog.open_catalog(args.db))
+        return opened[0]
+
+    run_id = catalog.ingest(None, args.paths, args.run, _tags(args.tag), workers=args.workers, open_con=open_con)
+    row = catalog.runs(opened[0], args.run)[0]
     if args.json:
         json.dump({"run_id": run_id, "name": args.run, **{k: row[k] for k in ("step_ms", "exposed_comm_ms",
                                                                               "overlap_pct")}}, sys.stdout)
         print()
     else:
         print(f"stored run {run_id} ({args.run}): step {row['step_ms']:.2f} ms, "
-              f"exposed comm {row['exposed_comm_ms']:.2f} ms (worst rank), overlap {row['overlap_pct'] or 0:.1f}%")
+              f"exposed comm {row['exposed_comm_ms']:.2f} ms per step (worst rank), overlap {row['overlap_pct'] or 0:.1f}%")
     return 0
 
 

@@ -33,22 +33,17 @@ def _workers(n_files: int, workers: int | None) -> int:
     return max(1, min(n_files, workers or available))
 
 
-def _pool_context():
-    """fork when it is safe, else a fork server.
+def _fork_is_safe() -> bool:
+    """Whether worker processes may be forked from this one.
 
-    fork starts a worker in milliseconds with the decoder already imported, but
-    forking a process that runs other threads can deadlock the child (a lock
+    Forking a process that runs other threads can deadlock the child (a lock
     held by a thread that does not exist there). DuckDB starts native threads
-    when a connection opens, and the dashboard serves from threads: then a fork
-    server (a clean process that forks the workers) is used instead.
+    when a connection opens, and the dashboard serves from threads; a fork
+    server or spawn would re-import the caller's main module, which Streamlit
+    and test runners do not allow. So: fork before DuckDB starts, else decode
+    in this process (the CLI opens its store after forking, see load()).
     """
-    if not sys.platform.startswith("linux"):
-        return multiprocessing.get_context("spawn")
-    if "duckdb" not in sys.modules and threading.active_count() == 1:
-        return multiprocessing.get_context("fork")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["analyzer.decode"])
-    return ctx
+    return sys.platform.startswith("linux") and "duckdb" not in sys.modules and threading.active_count() == 1
 
 
 def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | None = None,
@@ -61,7 +56,7 @@ def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | 
     """
     total = len(sources)
     report = on_decoded or (lambda done, total: None)
-    n = _workers(total, workers)
+    n = _workers(total, workers) if _fork_is_safe() else 1
     if n == 1:
         ranks = []
         for s in sources:
@@ -70,7 +65,7 @@ def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | 
         if while_waiting:
             while_waiting()
         return ranks
-    with ProcessPoolExecutor(max_workers=n, mp_context=_pool_context()) as pool:
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
         futures = [pool.submit(decode_source, s, detail) for s in sources]
         if while_waiting:
             while_waiting()
@@ -104,11 +99,13 @@ def check_ranks(ranks: list[RankData]) -> None:
 
 
 def load(paths: list[str], con=None, name: str | None = None, tags: dict | None = None,
-         detail: str = "full", workers: int | None = None, on_decoded=None) -> Loaded:
+         detail: str = "full", workers: int | None = None, on_decoded=None, open_con=None) -> Loaded:
     """Load traces into ``con`` (a new in-memory store when None) as one run.
 
     ``detail`` (decode.DETAILS) chooses how much of each trace is kept: the
     catalog keeps everything; one-shot commands keep what their analysis reads.
+    ``open_con`` opens the store instead (a catalog file) once the workers run:
+    an open DuckDB connection makes forking them unsafe.
     """
     inputs: Inputs = resolve(paths)
     opened = {"con": con}
@@ -117,7 +114,7 @@ def load(paths: list[str], con=None, name: str | None = None, tags: dict | None 
         from . import store
 
         if opened["con"] is None:
-            opened["con"] = store.connect()
+            opened["con"] = open_con() if open_con else store.connect()
 
     if detail not in DETAILS:
         raise ValueError(f"detail must be one of {DETAILS}")

@@ -133,6 +133,7 @@ CREATE TABLE IF NOT EXISTS memory (
 CREATE TABLE IF NOT EXISTS metrics (
     run_id  INTEGER NOT NULL,
     name    VARCHAR NOT NULL,  -- exposed_comm_ms, comm_ms, compute_ms, overlap_pct, step_ms, idle_ms
-    value   DOUBLE,            -- over ranks: the worst rank for exposed_comm_ms and step_ms, the mean otherwise
+    value   DOUBLE,            -- per step (a rank's median step), then over ranks: the worst rank for
+                               -- exposed_comm_ms and step_ms, the mean otherwise
     PRIMARY KEY (run_id, name)
 );
