@@ -1,8 +1,9 @@
 """Decode one per-rank Kineto trace into Arrow tables (runs in a worker process).
 
-Pipeline per file: gunzip (isal) -> msgspec typed decode -> columns built once
-per field -> classification per distinct (category, name) pair -> leaf and step
-assignment with NumPy. No per-event Python beyond one attribute pass per column.
+Pipeline per file: gunzip (isal) -> columns (frames.py: the C scanner, or msgspec)
+-> classification per distinct (category, name) pair -> args decoded by event
+class (msgspec) -> launch, step and compute assignment with NumPy. No Python
+loop runs per event.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import gzip
 import json
 import math
 import zlib
-from itertools import repeat
 from operator import attrgetter
 from dataclasses import dataclass, field
 
@@ -25,10 +25,9 @@ from .dtypes import itemsize
 from .errors import InputError
 from .flops import FLOP_OPS, matmul_flops
 from .inputs import TraceSource, rank_from_name
+from .frames import Frame, frame
 from .kineto import (
-    DEVICE_ARGS_DECODER, FLOW_TYPES, HOST_ARGS_DECODER, MEMORY_ARGS_DECODER, META_ARGS_DECODER,
-    CORRELATION_DECODER, OVERLAP_TRACE_DECODER, TRACE_DECODER,
-    FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
+    CORRELATION_DECODER, DEVICE_ARGS_DECODER, HOST_ARGS_DECODER, MEMORY_ARGS_DECODER, META_ARGS_DECODER,
 )
 
 try:  # igzip is 3-4x faster than zlib on trace files; zlib is the fallback
@@ -37,10 +36,6 @@ except ImportError:  # pragma: no cover - isal is a dependency, but stay usable 
     _gzip = gzip
 
 NULL = col.NULL_I64
-_SLICE_TYPES = (Slice, Instant, InstantUpper)
-_FLOW_PH = {FlowStart: "s", FlowStep: "t", FlowEnd: "f"}
-# 1 slice or instant, 2 flow, 3 metadata, 0 ignored (also the bare structs of the overlap decoder)
-_TYPE_CODE = {**{t: 1 for t in _SLICE_TYPES}, **{t: 2 for t in FLOW_TYPES}, Meta: 3}
 
 
 @dataclass
@@ -63,36 +58,6 @@ def decompress(data: bytes, where: str) -> bytes:
         return _gzip.decompress(data)
     except (EOFError, OSError, zlib.error, ValueError) as err:
         raise InputError(where, f"truncated or corrupt gzip data ({err})") from None
-
-
-def parse(data: bytes, where: str, decoder=TRACE_DECODER):
-    """msgspec-decode the trace; every failure becomes one line naming the file."""
-    if not data.strip():
-        raise InputError(where, "empty file")
-    try:
-        trace = decoder.decode(data)
-    except msgspec.ValidationError as err:
-        msg = str(err)
-        if "missing required field `traceEvents`" in msg or "got `array`" in msg and msg.endswith("`$`"):
-            raise InputError(where, "not a Kineto trace: no traceEvents list") from None
-        if msg.startswith("Expected `object`") and msg.endswith("`$`") or "`$`" in msg:
-            raise InputError(where, "not a Kineto trace: the top level is not an object with traceEvents") from None
-        raise InputError(where, f"not a Kineto trace: {msg}") from None
-    except msgspec.DecodeError as err:
-        raise InputError(where, f"invalid JSON: {err}") from None
-    if not trace.traceEvents:
-        raise InputError(where, "not a Kineto trace: traceEvents is empty")
-    return trace
-
-
-def _ts_ns(ts_us: np.ndarray) -> np.ndarray:
-    """Microseconds with fractional nanoseconds -> int64 ns, exact to the nanosecond.
-
-    Multiplying 1.6e15 us by 1000 in float64 would lose up to 128 ns; split the
-    whole microseconds from the fraction first.
-    """
-    whole = np.floor(ts_us)
-    return whole.astype(np.int64) * 1000 + np.rint((ts_us - whole) * 1000).astype(np.int64)
 
 
 def _json_array(raws: list) -> bytes:
@@ -193,70 +158,18 @@ class _Columns:
 #   full         every event with its raw args, and the flow events (the catalog)
 # CPU-only traces keep all their events at every level: their ops are the compute.
 DETAILS = ("overlap", "attribution", "full")
-_HOST_ONLY_CATEGORIES = {"cpu_op", "python_function", "cpu_instant_event"}
 _OVERLAP_KINDS = ("compute", "comm", "memcpy", "memset", "sync", "step")
 
 
-def _split(evs: list) -> tuple[list, list, list, int]:
-    """Slices and instants, flows, metadata, and the count of ignored phases."""
-    codes = np.fromiter(map(_TYPE_CODE.get, map(type, evs), repeat(0)), dtype=np.int8, count=len(evs))
-    take = evs.__getitem__
-    slices = list(map(take, np.flatnonzero(codes == 1).tolist()))
-    flows = list(map(take, np.flatnonzero(codes == 2).tolist()))
-    meta = list(map(take, np.flatnonzero(codes == 3).tolist()))
-    return slices, flows, meta, int(np.count_nonzero(codes == 0))
-
-
-def _project(slices: list, detail: str) -> list:
-    """GPU traces: drop the host-only events that the chosen detail does not read."""
-    cat_codes, cats = col.intern(list(map(attrgetter("cat"), slices)))
-    drop = np.isin(cat_codes, [i for i, c in enumerate(cats) if c in _HOST_ONLY_CATEGORIES])
-    keep = [slices[i] for i in np.flatnonzero(~drop).tolist()]
-    dropped = [slices[i] for i in np.flatnonzero(drop).tolist()]
-    name_codes, names = col.intern(list(map(attrgetter("name"), dropped)))
-    # Older PyTorch writes ProfilerStep#N as a cpu_op: always kept.
-    wanted = [classify.PROFILER_STEP.match(n) is not None or
-              (detail == "attribution" and classify.needed_for_attribution(n)) for n in names]
-    keep_dropped = np.asarray(wanted, dtype=bool)[name_codes] if names else np.zeros(0, dtype=bool)
-    return keep + [dropped[i] for i in np.flatnonzero(keep_dropped).tolist()]
-
-
-def _intern_tracks(slices: list) -> tuple[np.ndarray, list]:
-    """Track code of each event and the distinct (pid, tid) pairs.
-
-    pid and tid are interned apart and combined with NumPy: 2x faster than
-    hashing a (pid, tid) tuple per event (measured).
-    """
-    pid_codes, pids = col.intern(list(map(attrgetter("pid"), slices)))
-    tid_codes, tids = col.intern(list(map(attrgetter("tid"), slices)))
-    combined = pid_codes.astype(np.int64) * len(tids) + tid_codes
-    distinct, codes = np.unique(combined, return_inverse=True)
-    keys = [(pids[c // len(tids)], tids[c % len(tids)]) for c in distinct.tolist()]
-    return codes.astype(np.int32), keys
-
-
-def decode_source(source: TraceSource, detail: str = "full") -> RankData:
+def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool = True) -> RankData:
     """Read, decode and classify one rank's trace file, keeping ``detail`` (see DETAILS)."""
     full = detail == "full"
     where = source.display
-    decoder = OVERLAP_TRACE_DECODER if detail == "overlap" else TRACE_DECODER
-    trace = parse(decompress(source.read_bytes(), where), where, decoder)
-    meta = _rank_facts(trace, source)
-    slices, flow_evs, meta_evs, ignored = _split(trace.traceEvents)
-    counts = {"events": len(trace.traceEvents), "slices": len(slices), "flows": len(flow_evs), "ignored": ignored}
-    del trace
-    if not slices:
-        raise InputError(where, "not a Kineto trace: no complete (ph X) events")
-    gpu_trace = any(e.cat == "kernel" for e in slices)
-    if gpu_trace and not full:
-        slices = _project(slices, detail)
-
-    n = len(slices)
-    name_codes, names = col.intern(list(map(attrgetter("name"), slices)))
-    cat_codes, cats = col.intern(list(map(attrgetter("cat"), slices)))
-    track_codes, track_keys = _intern_tracks(slices)
-    ts_ns = _ts_ns(np.fromiter(map(attrgetter("ts"), slices), dtype=np.float64, count=n))
-    dur_ns = np.rint(np.fromiter(map(attrgetter("dur"), slices), dtype=np.float64, count=n) * 1000).astype(np.int64)
+    fr: Frame = frame(decompress(source.read_bytes(), where), where, detail, use_scanner)
+    meta = _rank_facts(fr.header, source)
+    counts, gpu_trace, args_of = fr.counts, fr.gpu_trace, fr.args
+    n, names, name_codes, cats, cat_codes = fr.n, fr.names, fr.name_codes, fr.cats, fr.cat_codes
+    track_codes, track_keys, ts_ns, dur_ns = fr.track_codes, fr.track_keys, fr.ts_ns, fr.dur_ns
 
     # Classification once per distinct (category, name) pair.
     pair_keys = cat_codes.astype(np.int64) * len(names) + name_codes
@@ -273,10 +186,10 @@ def decode_source(source: TraceSource, detail: str = "full") -> RankData:
     host_rows = np.flatnonzero(~is_device_cat & np.isin(kind, host_kinds))
     device_rows = np.flatnonzero(is_device_cat)
     if detail == "overlap":
-        named = _fill_args_overlap(slices, device_rows, host_rows, cols, kind)
+        named = _fill_args_overlap(fr.args_json, device_rows, host_rows, cols, kind)
         coll = None
     else:
-        coll = _fill_args(slices, device_rows, host_rows, cols, kind, names, name_codes)
+        coll = _fill_args(fr.args_json, device_rows, host_rows, cols, kind, names, name_codes)
         named = np.array(coll["event_id"], dtype=np.int64)
     # Collective kernels named differently from every rule still carry "Collective name".
     if gpu_trace and len(named):
@@ -284,7 +197,7 @@ def decode_source(source: TraceSource, detail: str = "full") -> RankData:
         has_coll[named] = True
         kind[(cat_codes == cats.index("kernel")) & has_coll] = KIND_CODE["comm"]
 
-    tracks = _tracks(track_keys, track_codes, kind, is_device_cat, meta_evs)
+    tracks = _tracks(track_keys, track_codes, kind, is_device_cat, fr.meta_events)
     if not gpu_trace:
         _mark_cpu_compute(kind, name_codes, names, track_codes, tracks["comm_tracks"])
 
@@ -309,7 +222,7 @@ def decode_source(source: TraceSource, detail: str = "full") -> RankData:
         "device": col.int64(cols.device[keep]),
         "launch_ts_ns": col.int64(launch_ts[keep]),
         "flops": col.float64(cols.flops[keep]),
-        **({"args": col.raw_json(list(map(attrgetter("args"), slices)))} if full else {}),
+        **({"args": col.raw_json(args_of(np.arange(n)))} if full else {}),
     })
     meta.update(device_kind="gpu" if gpu_trace else "cpu")
     return RankData(
@@ -317,31 +230,31 @@ def decode_source(source: TraceSource, detail: str = "full") -> RankData:
         events=events,
         tracks=tracks["table"],
         collectives=_collectives_table(coll if coll is not None else _NO_COLLECTIVES),
-        flows=_flows_table(flow_evs if full else [], track_keys),
-        memory=_memory_table(slices, np.flatnonzero(is_memory), ts_ns, track_codes),
+        flows=_flows_table(fr.flows, track_keys),
+        memory=_memory_table(fr.args_json, np.flatnonzero(is_memory), ts_ns, track_codes),
         counts=counts,
     )
 
 
-def _fill_args_overlap(slices, device_rows, host_rows, cols: _Columns, kind) -> np.ndarray:
+def _fill_args_overlap(args_json, device_rows, host_rows, cols: _Columns, kind) -> np.ndarray:
     """The overlap detail's args: correlation ids and whether a kernel names a collective.
 
     Returns the device rows whose args carry "Collective name".
     """
     named = np.zeros(0, dtype=np.int64)
     if len(device_rows):
-        dargs = DEVICE_ARGS_DECODER.decode(_json_array([slices[i].args for i in device_rows.tolist()]))
+        dargs = DEVICE_ARGS_DECODER.decode(args_json(device_rows))
         cols.correlation[device_rows] = col.optional_ints(list(map(attrgetter("correlation"), dargs)))
         has = np.fromiter((a.collective is not None for a in dargs), dtype=bool, count=len(dargs))
         named = device_rows[has]
     runtime = host_rows[kind[host_rows] == KIND_CODE["runtime"]]
     if len(runtime):
-        rargs = CORRELATION_DECODER.decode(_json_array([slices[i].args for i in runtime.tolist()]))
+        rargs = CORRELATION_DECODER.decode(args_json(runtime))
         cols.correlation[runtime] = col.optional_ints(list(map(attrgetter("correlation"), rargs)))
     return named
 
 
-def _fill_args(slices, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
+def _fill_args(args_json, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
     """Decode the args of device and host events by class; return collective rows."""
     coll = {k: [] for k in ("event_id", "collective", "in_elems", "out_elems", "group_size", "dtype",
                             "pg_name", "pg_desc", "pg_ranks", "elements", "min_elements")}
@@ -360,14 +273,14 @@ def _fill_args(slices, device_rows, host_rows, cols: _Columns, kind, names, name
         coll["min_elements"].append(sizes[1])
 
     if len(device_rows):
-        dargs = DEVICE_ARGS_DECODER.decode(_json_array([slices[i].args for i in device_rows.tolist()]))
+        dargs = DEVICE_ARGS_DECODER.decode(args_json(device_rows))
         for name in ("correlation", "external_id", "stream", "device"):
             getattr(cols, name)[device_rows] = col.optional_ints(list(map(attrgetter(name), dargs)))
         for i, a in zip(device_rows.tolist(), dargs):
             if a.collective is not None or kind[i] == KIND_CODE["comm"]:
                 add_coll(i, a, a.collective or classify.kernel_collective(names[name_codes[i]]))
     if len(host_rows):
-        hargs = HOST_ARGS_DECODER.decode(_json_array([slices[i].args for i in host_rows.tolist()]))
+        hargs = HOST_ARGS_DECODER.decode(args_json(host_rows))
         for name in ("correlation", "external_id"):
             getattr(cols, name)[host_rows] = col.optional_ints(list(map(attrgetter(name), hargs)))
         flops = list(map(attrgetter("flops"), hargs))
@@ -508,22 +421,22 @@ def _collectives_table(coll: dict) -> pa.Table:
     })
 
 
-def _flows_table(flow_evs: list, track_keys: list) -> pa.Table:
+def _flows_table(flows: dict, track_keys: list) -> pa.Table:
+    """Flow events (full detail only; an empty table otherwise)."""
     track_index = {k: i for i, k in enumerate(track_keys)}
-    ph_codes, ph_vals = col.intern([_FLOW_PH[type(e)] for e in flow_evs])
-    cat_codes, cat_vals = col.intern([e.cat for e in flow_evs])
+    ph_codes, ph_vals = col.intern(flows.get("ph", []))
+    cat_codes, cat_vals = col.intern(flows.get("cat", []))
     return pa.table({
-        "flow_id": col.int64(col.optional_ints([e.id for e in flow_evs])),
+        "flow_id": col.int64(col.optional_ints(flows.get("flow_id", []))),
         "cat": col.dictionary(cat_codes, cat_vals),
         "ph": col.dictionary(ph_codes, ph_vals),
-        "ts_ns": col.int64(_ts_ns(np.array([e.ts for e in flow_evs], dtype=np.float64))),
-        "track_id": col.int64(np.array([track_index.get((e.pid, e.tid), NULL) for e in flow_evs],
-                                       dtype=np.int64)),
+        "ts_ns": col.int64(flows.get("ts_ns", np.zeros(0, dtype=np.int64))),
+        "track_id": col.int64(np.array([track_index.get(k, NULL) for k in flows.get("keys", [])], dtype=np.int64)),
     })
 
 
-def _memory_table(slices, rows, ts_ns, track_codes) -> pa.Table:
-    margs = MEMORY_ARGS_DECODER.decode(_json_array([slices[i].args for i in rows.tolist()])) if len(rows) else []
+def _memory_table(args_json, rows, ts_ns, track_codes) -> pa.Table:
+    margs = MEMORY_ARGS_DECODER.decode(args_json(rows)) if len(rows) else []
     return pa.table({
         "ts_ns": col.int64(ts_ns[rows]),
         "track_id": col.int32(track_codes[rows]),

@@ -98,10 +98,9 @@ class DistributedInfo(msgspec.Struct, gc=False):
     pg_config: msgspec.Raw = msgspec.Raw(b"")
 
 
-class Trace(msgspec.Struct, gc=False):
-    """The top-level object of a Kineto trace file."""
+class TraceHeader(msgspec.Struct, gc=False):
+    """The top-level members of a trace file besides its events."""
 
-    traceEvents: list[AnyEvent]  # type: ignore[valid-type]
     distributedInfo: DistributedInfo | None = None
     deviceProperties: list[DeviceProperties] | None = None
     baseTimeNanoseconds: int | None = None
@@ -109,6 +108,12 @@ class Trace(msgspec.Struct, gc=False):
     host_name: str | None = None
     hostname: str | None = None
     traceName: str | None = None
+
+
+class Trace(TraceHeader, kw_only=True):
+    """The top-level object of a Kineto trace file."""
+
+    traceEvents: list[AnyEvent]  # type: ignore[valid-type]
 
 
 # Lenient scalar types: exporters differ in whether they quote numbers. Integer
@@ -178,12 +183,13 @@ class MetaArgs(msgspec.Struct, gc=False):
 
 
 TRACE_DECODER = msgspec.json.Decoder(Trace)
+HEADER_DECODER = msgspec.json.Decoder(TraceHeader)
 
 
 # The overlap analysis reads neither flows nor allocator events: its decoder parses
 # them into field-less structs, which allocate nothing per field (measured: the
 # 216k-event reference trace has 64k flows and 28k allocator events).
-class _BareInstant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
+class BareInstant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
     pass
 
 
@@ -199,12 +205,12 @@ class _BareFlowEnd(_BareFlowStart, tag="f"):
     pass
 
 
-BARE_TYPES = frozenset({_BareInstant, _BareFlowStart, _BareFlowStep, _BareFlowEnd})
-_OverlapEvent = typing.Union[(Slice, _BareInstant, InstantUpper, Meta, _BareFlowStart, _BareFlowStep, _BareFlowEnd)
+BARE_FLOW_TYPES = (_BareFlowStart, _BareFlowStep, _BareFlowEnd)
+_OverlapEvent = typing.Union[(Slice, BareInstant, InstantUpper, Meta, _BareFlowStart, _BareFlowStep, _BareFlowEnd)
                              + _IGNORED]
 
 
-class OverlapTrace(Trace):
+class OverlapTrace(Trace, kw_only=True):
     traceEvents: list[_OverlapEvent]  # type: ignore[valid-type]
 
 

@@ -1,0 +1,66 @@
+"""The C scanner and the msgspec decoder give the same tables, on every kind of trace."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzer import frames
+from analyzer.decode import DETAILS, decode_source
+from analyzer.inputs import TraceSource
+from builders import CpuTrace, GpuTrace, write
+from conftest import REFERENCE, SAMPLES
+
+pytestmark = pytest.mark.skipif(frames._kineto_scan is None, reason="the C scanner is not built")
+
+FILES = sorted(p for p in REFERENCE.glob("gpu_*/*.json.gz")) + \
+    [REFERENCE / "malformed" / "cpu_only_gloo_rank34.pt.trace.json.gz"] + \
+    [SAMPLES / b / "rank-0.pt.trace.json.gz" for b in ("ddp", "fsdp_per_block", "fsdp1_per_block", "hsdp_2x2")]
+
+
+def _same(a, b):
+    assert a.meta == b.meta
+    assert a.counts == b.counts
+    for table in ("events", "tracks", "collectives", "flows", "memory"):
+        ta, tb = getattr(a, table), getattr(b, table)
+        assert ta.column_names == tb.column_names, table
+        for name in ta.column_names:
+            va = [str(x) if name == "args" else x for x in ta.column(name).to_pylist()]
+            vb = [str(x) if name == "args" else x for x in tb.column(name).to_pylist()]
+            assert va == vb, (table, name)
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if p.exists()], ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("detail", DETAILS)
+def test_real_traces(path, detail):
+    source = TraceSource(str(path))
+    _same(decode_source(source, detail, use_scanner=True), decode_source(source, detail, use_scanner=False))
+
+
+def test_synthetic_edge_cases(tmp_path):
+    t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1, name='weird "quoted" \\ name \u00e9').comm(20, 40, step=1)
+    trace = t.to_json()
+    trace["traceEvents"] += [
+        {"ph": "X", "cat": "cpu_op", "name": "no_args", "pid": "Spans", "tid": "x", "ts": 5, "dur": 1},
+        {"ph": "X", "name": "no cat, no dur", "pid": 100, "tid": 100, "ts": 7.25},
+        {"ph": "i", "s": "t", "name": "[memory]", "cat": "cpu_instant_event", "pid": 100, "tid": 100, "ts": 9,
+         "args": {"Bytes": 16, "Total Allocated": 1024, "Total Reserved": 2048, "Device Type": 1, "Device Id": 0}},
+        {"ph": "s", "id": 7, "pid": 100, "tid": 100, "ts": 3, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "f", "id": 7, "pid": 0, "tid": 7, "ts": 4, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        {"ph": "C", "name": "counter", "pid": 0, "ts": 1, "args": {"x": [1, {"y": "}]"}]}},
+    ]
+    path = write(trace, tmp_path / "rank-0.json")
+    for detail in DETAILS:
+        _same(decode_source(TraceSource(path), detail, use_scanner=True),
+              decode_source(TraceSource(path), detail, use_scanner=False))
+    cpu = write(CpuTrace().step(1, 0, 100).op(0, 30).gloo(35, 55), tmp_path / "rank-1.json")
+    _same(decode_source(TraceSource(cpu), "full", use_scanner=True),
+          decode_source(TraceSource(cpu), "full", use_scanner=False))
+
+
+def test_the_scanner_declines_what_it_does_not_read():
+    scan = frames._kineto_scan.scan
+    assert scan(b'{"traceEvents": [1, 2]}') is None
+    assert scan(b'{"a": 1}') is None
+    assert scan(b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}') is None
+    assert scan(b'{"traceEvents": [{"ph": "X", "ts": 1}') is None  # truncated
+    assert scan(b"[]") is None
