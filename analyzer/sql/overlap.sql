@@ -48,10 +48,10 @@ SELECT _ov_key(i.rank, NULL, CASE i.kind WHEN 'compute' THEN 4 ELSE 5 END), i.ts
 FROM _ov_iv i JOIN _ov_last_step l USING (rank)
 WHERE i.kind IN ('compute', 'comm') AND i.launch_ts_ns < l.last_step_ts_ns;
 
--- _ov_u: the unions, one row per disjoint interval.
+-- _ov_u: the unions, as disjoint pieces (interval_pieces).
 CREATE OR REPLACE TEMP TABLE _ov_u AS
 SELECT _ov_rank(grp) AS rank, _ov_step(grp) AS step, _ov_what(grp) AS what, ts_ns, end_ns
-FROM interval_union('_ov_src');
+FROM interval_pieces('_ov_src');
 
 -- _ov_len: total length of each union.
 CREATE OR REPLACE TEMP TABLE _ov_len AS
