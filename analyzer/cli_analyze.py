@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import sys
 
 from .api import analyze, analyze_run
-from .cli_common import add_source_arguments, stored_run
+from .cli_common import add_source_arguments, emit, stored_run
 from .report import table
 
 RANK_COLUMNS = [
@@ -51,9 +49,4 @@ def _print_text(result: dict) -> None:
 def run(args) -> int:
     stored = stored_run(args)
     result = analyze_run(*stored) if stored else analyze(args.paths, workers=args.workers)
-    if args.json:
-        json.dump(result, sys.stdout, indent=2)
-        print()
-    else:
-        _print_text(result)
-    return 0
+    return emit(result, args.json, _print_text)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import sys
 
 from .api import buckets, buckets_run
-from .cli_common import add_source_arguments, stored_run
+from .cli_common import add_source_arguments, emit, stored_run
 from .report import table
 
 SUMMARY_COLUMNS = [
@@ -62,9 +60,4 @@ def run(args) -> int:
     stored = stored_run(args)
     result = (buckets_run(*stored, tokens=args.tokens) if stored
               else buckets(args.paths, workers=args.workers, tokens=args.tokens))
-    if args.json:
-        json.dump(result, sys.stdout, indent=2)
-        print()
-    else:
-        _print_text(result)
-    return 0
+    return emit(result, args.json, _print_text)

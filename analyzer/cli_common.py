@@ -24,3 +24,16 @@ def stored_run(args):
 
     con = catalog.open_catalog(args.db, read_only=True)
     return con, catalog.resolve_run(con, args.run)
+
+
+def emit(result: dict, as_json: bool, print_text) -> int:
+    """Print a result as JSON (the contract) or as the command's readable text."""
+    import json
+    import sys
+
+    if as_json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        print_text(result)
+    return 0

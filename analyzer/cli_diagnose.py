@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import textwrap
 
 from .api import diagnose, diagnose_run
-from .cli_common import add_source_arguments, stored_run
+from .cli_common import add_source_arguments, emit, stored_run
 
 MARK = {"fail": "FAIL", "warn": "WARN", "pass": "pass", "n/a": " n/a"}
 
@@ -44,9 +42,4 @@ def run(args) -> int:
     stored = stored_run(args)
     result = (diagnose_run(*stored, tokens=args.tokens) if stored
               else diagnose(args.paths, workers=args.workers, tokens=args.tokens))
-    if args.json:
-        json.dump(result, sys.stdout, indent=2)
-        print()
-    else:
-        _print_text(result, args.all)
-    return 0
+    return emit(result, args.json, lambda r: _print_text(r, args.all))

@@ -15,7 +15,6 @@ import zlib
 from operator import attrgetter
 from dataclasses import dataclass, field
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 

@@ -13,7 +13,7 @@ from collections import defaultdict
 from .diagnose import Finding, t
 from .rules_ddp import accumulation_comm, ddp_bucket_size, last_bucket_exposed
 from .rules_fsdp import hsdp_candidate, reshard_after_forward, root_only_wrap, unit_size
-from .rules_util import exposed_per_step, fmt_ms, label, mean_step_ms, per_step, steps_of
+from .rules_util import fmt_ms, label, mean_step_ms, per_step, steps_of
 
 
 def tokens_below_fw(ctx: dict) -> Finding:

@@ -24,12 +24,6 @@ def mean_step_ms(ctx: dict) -> float:
     return statistics.fmean(values) if values else float("inf")
 
 
-def exposed_per_step(rows: list[dict], ctx: dict) -> float:
-    """Mean exposed ms per profiled (rank, step) of these rows."""
-    n = len(steps_of(ctx)) or 1
-    return sum(r["exposed_ms"] for r in rows if r["step"] is not None) / n
-
-
 def label(r: dict) -> str:
     """How evidence names a collective's owner: bucket 3, unit layers.0 (reduce_scatter)."""
     if r["kind"] == "ddp_bucket":

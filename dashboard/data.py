@@ -76,7 +76,7 @@ def _open(db: str, write: bool, wait_s: float):
     while True:
         try:
             return catalog.open_catalog(db, read_only=not write)
-        except (duckdb.IOException, errors.CatalogBusy) as err:  # another process holds the file
+        except (duckdb.IOException, errors.CatalogBusy):  # another process holds the file
             if time.monotonic() > deadline:
                 raise CatalogBusy(f"{db}: the catalog is in use by another process "
                                   "(an ingest?); try again in a moment") from None

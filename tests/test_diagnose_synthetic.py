@@ -7,7 +7,6 @@ rule needs them.
 
 from __future__ import annotations
 
-import pytest
 
 from analyzer.api import diagnose
 from builders import GpuTrace, write_bundle
