@@ -7,7 +7,6 @@ contract: ``collectives``, ``summary``, ``steps`` and per-step ``model`` objects
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 
@@ -15,14 +14,10 @@ from . import collectives, measure, overlap, predict
 from .dtypes import itemsize
 from .model import model_state_bytes
 from .model_overlap import overlap_verdict
+from .runinfo import manifest as manifest_of
 
 INTERNAL_KEYS = ("start_ns", "launch_ts_ns", "instance")
 STAGE_OF = {"ddp": "ddp", "fsdp": "zero3", "hsdp": "zero3"}
-
-
-def _manifest(con, run_id: int) -> dict:
-    raw = con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
-    return json.loads(raw) if raw else {}
 
 
 def _stage(manifest: dict, rows: list[dict]) -> str | None:
@@ -162,7 +157,7 @@ def context(con, run_id: int, tokens: float | None = None) -> dict:
     """
     ov = overlap.compute(con, run_id)
     rows = collectives.compute(con, run_id, overlap_done=True)
-    manifest = _manifest(con, run_id)
+    manifest = manifest_of(con, run_id)
     device_kind, world = con.execute("SELECT device_kind, world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
     sources = _sources(con, run_id, manifest, rows)
     predict.predict_comm(rows, sources["bus_bandwidth_bytes_per_s"], sources["latency_s"])

@@ -8,10 +8,10 @@ factor (nccl-tests) of each collective kind.
 
 from __future__ import annotations
 
-import json
 
 from . import classify
 from .model_collectives import bus_factor
+from .runinfo import manifest as manifest_of
 from .store import run_script
 
 NS_PER_MS = 1e6
@@ -21,11 +21,6 @@ def _register(con, name: str, columns: str, rows: list[tuple]) -> None:
     con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({columns})")
     if rows:
         con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
-
-
-def _manifest(con, run_id: int) -> dict:
-    raw = con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
-    return json.loads(raw) if raw else {}
 
 
 def _is_ddp(con, run_id: int, manifest: dict) -> bool:
@@ -54,7 +49,7 @@ def group_sizes(manifest: dict, world_size: int) -> dict[str, int]:
 
 def prepare(con, run_id: int) -> None:
     """Register the lookup tables the SQL reads."""
-    manifest = _manifest(con, run_id)
+    manifest = manifest_of(con, run_id)
     names = [r[0] for r in con.execute(
         "SELECT DISTINCT name FROM events WHERE run_id = ? AND kind IN ('annotation', 'cpu_op', 'comm_launch')",
         [run_id]).fetchall()]
@@ -120,7 +115,7 @@ def compute(con, run_id: int, overlap_done: bool = False) -> list[dict]:
     cur = con.execute("SELECT * FROM collective_stats ORDER BY rank, ts_ns, event_id")
     names = [d[0] for d in cur.description]
     rows = [dict(zip(names, row)) for row in cur.fetchall()]
-    manifest = _manifest(con, run_id)
+    manifest = manifest_of(con, run_id)
     world = con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
     _bus_factors(rows, manifest, world)
     _name_inferred_units(rows, manifest)

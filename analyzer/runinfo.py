@@ -5,6 +5,12 @@ from __future__ import annotations
 import json
 
 
+def manifest(con, run_id: int) -> dict:
+    """The tracer manifest stored with a run ({} for foreign traces)."""
+    raw = con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
+    return json.loads(raw) if raw else {}
+
+
 def describe(con, run_id: int) -> dict:
     """World size, backend, device names and loaded ranks of one stored run."""
     name, source, world, backend, device_kind, manifest = con.execute(
