@@ -15,7 +15,8 @@ RANK_COLUMNS = [
 STEP_COLUMNS = [
     ("rank", "rank"), ("step", "step"), ("step_ms", "step_ms"), ("compute_ms", "compute_ms"),
     ("comm_ms", "comm_ms"), ("exposed_comm_ms", "exposed_ms"), ("overlap_pct", "overlap_%"),
-    ("idle_ms", "idle_ms"),
+    ("idle_ms", "idle_ms"), ("other_ms", "other_ms"), ("spill_in_ms", "spill_in_ms"),
+    ("spill_out_ms", "spill_out_ms"),
 ]
 
 

@@ -39,6 +39,7 @@ def compute(con, run_id: int) -> dict:
             "exposed_comm_ms": _ms(r["exposed_comm_ns"]),
             "overlap_pct": _pct(r["comm_ns"] - r["exposed_comm_ns"], r["comm_ns"]),
             "idle_ms": _ms(r["idle_ns"]),
+            "other_ms": _ms(r["other_ns"]),
             "span_ms": _ms(r["span_ns"]),
             # HTA's comp_comm_overlap_pctg: only work launched before the last ProfilerStep.
             "hta_overlap_pct": _pct(r["hidden_hta_ns"], r["comm_hta_ns"]) if r["comm_hta_ns"] else None,
@@ -54,5 +55,9 @@ def compute(con, run_id: int) -> dict:
             "exposed_comm_ms": _ms(s["exposed_comm_ns"]),
             "overlap_pct": _pct(s["comm_ns"] - s["exposed_comm_ns"], s["comm_ns"]),
             "idle_ms": _ms(s["idle_ns"]),
+            # step_ms = compute + exposed comm + other + idle + spill_in - spill_out, exactly
+            "other_ms": _ms(s["other_ns"]),
+            "spill_in_ms": _ms(s["spill_in_ns"]),
+            "spill_out_ms": _ms(s["spill_out_ns"]),
         })
     return {"ranks": ranks, "steps": steps}

@@ -25,12 +25,14 @@ def _kind_scale(kinds: list[str]) -> alt.Scale:
 
 # --- overview ----------------------------------------------------------------------
 
+# A mean step = compute + exposed comm + other (memcpy/memset only) + idle; the spill
+# across step boundaries cancels out over the steps.
 BREAKDOWN_PARTS = {"compute_ms": ("compute", COMPUTE), "exposed_comm_ms": ("exposed comm", EXPOSED),
-                   "idle_ms": ("idle", IDLE)}
+                   "other_ms": ("other (memcpy only)", MEMCPY), "idle_ms": ("idle", IDLE)}
 
 
 def step_breakdown(rank_rows: list[dict], highlight_rank: int | None = None) -> alt.Chart:
-    """Per rank, the mean step split into compute, exposed comm and idle (stacked);
+    """Per rank, the mean step split into compute, exposed comm, other and idle (stacked);
     the highlighted (slowest) rank is outlined. Tooltips add comm, hidden comm and overlap %."""
     df = _frame(rank_rows, ["rank", *BREAKDOWN_PARTS, "comm_ms", "hidden_comm_ms", "step_ms", "overlap_pct"])
     long = df.melt(id_vars=[c for c in df.columns if c not in BREAKDOWN_PARTS], value_vars=list(BREAKDOWN_PARTS),

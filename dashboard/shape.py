@@ -48,6 +48,7 @@ def rank_means(steps: list[dict]) -> list[dict]:
             "comm_ms": comm, "exposed_comm_ms": exposed,
             "hidden_comm_ms": None if comm is None or exposed is None else comm - exposed,
             "idle_ms": _mean(i["idle_ms"] for i in items),
+            "other_ms": _mean(i.get("other_ms") for i in items),
             "overlap_pct": _pct(comm - exposed, comm) if comm and exposed is not None else None,
         })
     return out

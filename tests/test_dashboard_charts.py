@@ -10,13 +10,13 @@ from dashboard import charts, shape
 
 STEPS = [  # two ranks, two steps; rank 1 step 3 is the slowest
     {"rank": 0, "step": 2, "step_ms": 10.0, "compute_ms": 6.0, "comm_ms": 4.0, "exposed_comm_ms": 1.0,
-     "overlap_pct": 75.0, "idle_ms": 3.0},
+     "overlap_pct": 75.0, "idle_ms": 3.0, "other_ms": 0.0},
     {"rank": 0, "step": 3, "step_ms": 12.0, "compute_ms": 6.0, "comm_ms": 4.0, "exposed_comm_ms": 3.0,
-     "overlap_pct": 25.0, "idle_ms": 3.0},
+     "overlap_pct": 25.0, "idle_ms": 3.0, "other_ms": 0.0},
     {"rank": 1, "step": 2, "step_ms": 11.0, "compute_ms": 5.0, "comm_ms": 2.0, "exposed_comm_ms": 2.0,
-     "overlap_pct": 0.0, "idle_ms": 4.0},
+     "overlap_pct": 0.0, "idle_ms": 3.5, "other_ms": 0.5},
     {"rank": 1, "step": 3, "step_ms": 15.0, "compute_ms": 5.0, "comm_ms": 6.0, "exposed_comm_ms": 4.0,
-     "overlap_pct": 33.33, "idle_ms": 6.0},
+     "overlap_pct": 33.33, "idle_ms": 6.0, "other_ms": 0.0},
 ]
 RANKS = [{"rank": 0, "steps": 2, "step_ms": 11.0, "exposed_comm_ms": 4.0, "overlap_pct": 50.0, "idle_ms": 6.0},
          {"rank": 1, "steps": 2, "step_ms": 13.0, "exposed_comm_ms": 6.0, "overlap_pct": 25.0, "idle_ms": 10.0}]
@@ -148,7 +148,10 @@ def test_step_breakdown_stacks_and_outlines_the_slowest():
     chart = charts.step_breakdown(shape.rank_means(STEPS), highlight_rank=1)
     assert isinstance(chart, alt.Chart)
     rows = _values(chart)
-    assert {r["part"] for r in rows} == {"compute", "exposed comm", "idle"}
+    assert {r["part"] for r in rows} == {"compute", "exposed comm", "other (memcpy only)", "idle"}
+    # the stacked parts of each rank make up its mean step
+    for rank, mean_step_ms in ((0, 11.0), (1, 13.0)):
+        assert sum(r["ms"] for r in rows if r["rank"] == rank) == pytest.approx(mean_step_ms)
     assert {r["rank"] for r in rows if r["slowest"]} == {1}
     spec = chart.to_dict()
     assert spec["encoding"]["y"]["stack"] == "zero"

@@ -129,9 +129,41 @@ def test_memcpy_and_sync_are_not_compute(tmp_path):
          .kernel(0, 100, step=1, cat="gpu_memcpy", name="Memcpy DtoD (Device -> Device)")
          .kernel(10, 40, step=1, cat="cuda_sync", name="Event Sync")
          .comm(20, 40, step=1))
-    r = only_rank(run(tmp_path, t))
+    res = run(tmp_path, t)
+    r = only_rank(res)
     assert r["compute_ms"] == 0
     assert r["exposed_comm_ms"] == pytest.approx(40 * US)
+    # memcpy alone 0..20 and 60..100: neither compute, comm nor idle
+    assert r["other_ms"] == pytest.approx(60 * US)
+    assert r["idle_ms"] == pytest.approx(0)
+    (s,) = res["steps"]
+    assert (s["other_ms"], s["idle_ms"]) == pytest.approx((60 * US, 0))
+
+
+def test_exposed_comm_that_runs_into_the_next_step(tmp_path):
+    # Step 1's comm is still exposed after step 2's first device work (a memcpy).
+    #   step 1 window [0, 100), step 2 window [100, 150)
+    #   compute (step 1)  |====|                            0 .. 40
+    #   comm    (step 1)     |=====================|        30 .. 130
+    #   memcpy  (step 2)                  |=|               100 .. 105
+    #   compute (step 2)                       |=====|      120 .. 150
+    # step 1: comm 100, hidden 30..40 and 120..130 = 20, exposed 80 (40..120), of
+    # which 100..120 lies in step 2's window: spill out 20 from step 1, spill in 20 to step 2.
+    t = (GpuTrace().step(1, 0, 60).step(2, 60, 60)
+         .kernel(0, 40, step=1).comm(30, 100, step=1)
+         .kernel(100, 5, step=2, cat="gpu_memcpy", name="Memcpy HtoD (Pageable -> Device)")
+         .kernel(120, 30, step=2))
+    res = run(tmp_path, t)
+    s1, s2 = res["steps"]
+    assert (s1["step_ms"], s2["step_ms"]) == pytest.approx((100 * US, 50 * US))
+    assert (s1["compute_ms"], s1["comm_ms"], s1["exposed_comm_ms"]) == pytest.approx((40 * US, 100 * US, 80 * US))
+    assert (s1["spill_out_ms"], s1["spill_in_ms"], s1["other_ms"], s1["idle_ms"]) == pytest.approx((20 * US, 0, 0, 0))
+    assert (s2["compute_ms"], s2["comm_ms"], s2["exposed_comm_ms"]) == pytest.approx((30 * US, 0, 0))
+    # the memcpy runs under step 1's comm: not "other"
+    assert (s2["spill_out_ms"], s2["spill_in_ms"], s2["other_ms"], s2["idle_ms"]) == pytest.approx((0, 20 * US, 0, 0))
+    for s in res["steps"]:
+        assert s["step_ms"] == pytest.approx(s["compute_ms"] + s["exposed_comm_ms"] + s["other_ms"] + s["idle_ms"]
+                                             + s["spill_in_ms"] - s["spill_out_ms"], abs=1e-9)
 
 
 def test_nanosecond_timestamps_are_exact(tmp_path):

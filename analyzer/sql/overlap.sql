@@ -8,6 +8,13 @@
 --   overlap %      100 x (comm - exposed) / comm
 --   step window    steps.window_start_ns .. window_end_ns (see steps.sql)
 --   idle           window time with no device work at all (any step)
+--   other          window time with only memcpy/memset (no compute, no comm)
+--   spill out      this step's compute and exposed comm that ran outside its window
+--                  (an all-reduce still running after the next step began)
+--   spill in       other steps' compute and exposed comm inside this window
+-- so that, exactly, per step:
+--   step = compute + exposed comm + other + idle + spill in - spill out
+-- and per rank: span = compute + exposed comm + other + idle.
 
 -- _ov_iv: the run's device work, one row per busy interval.
 CREATE OR REPLACE TEMP TABLE _ov_iv AS
@@ -58,22 +65,49 @@ CREATE OR REPLACE TEMP TABLE _ov_len AS
 SELECT rank, step, what, sum(end_ns - ts_ns)::BIGINT AS len_ns
 FROM _ov_u GROUP BY ALL;
 
--- _ov_cover: the rank-wide compute and busy unions, ready for coverage lookups.
+-- _ov_cover: the rank-wide compute unions, ready for coverage lookups.
 CREATE OR REPLACE TEMP TABLE _ov_cover_src AS
 SELECT _ov_key(rank, NULL, list_position(['compute', 'comm', 'busy', 'compute_hta'], what)) AS grp,
        ts_ns, end_ns
-FROM _ov_u WHERE step IS NULL AND what IN ('compute', 'compute_hta', 'busy');
+FROM _ov_u WHERE step IS NULL AND what IN ('compute', 'compute_hta');
 CREATE OR REPLACE TEMP TABLE _ov_cover AS
 SELECT _ov_rank(grp) AS rank, _ov_what(grp) AS what, ts_ns, end_ns, before_ns
 FROM interval_cumulative('_ov_cover_src');
 
--- _ov_hidden: comm covered by compute, per rank (step NULL), per step, and HTA-style.
--- Step comm is measured against the rank's whole compute union.
+-- _ov_window: each step's window on the device timeline (the steps table).
+CREATE OR REPLACE TEMP TABLE _ov_window AS
+SELECT rank, step, window_start_ns AS start_ns, window_end_ns AS end_ns
+FROM steps
+WHERE run_id = getvariable('run_id') AND window_start_ns IS NOT NULL;
+
+-- _ov_comm_win: comm pieces clipped to windows: each step's own comm in its own
+-- window (comm_own_win) and the rank's comm, any step's, in each window (comm_all_win).
+-- Comm pieces are few (one per collective or less): the range join is cheap.
+CREATE OR REPLACE TEMP TABLE _ov_comm_win AS
+SELECT w.rank, w.step, CASE WHEN u.step IS NULL THEN 'comm_all_win' ELSE 'comm_own_win' END AS what,
+       greatest(u.ts_ns, w.start_ns) AS ts_ns, least(u.end_ns, w.end_ns) AS end_ns
+FROM _ov_u u JOIN _ov_window w
+  ON w.rank = u.rank AND (u.step IS NULL OR u.step = w.step)
+ AND u.end_ns > w.start_ns AND u.ts_ns < w.end_ns
+WHERE u.what = 'comm';
+
+-- _ov_compute_own_win: each step's own compute inside its own window.
+CREATE OR REPLACE TEMP TABLE _ov_compute_own_win AS
+SELECT u.rank, u.step, sum(overlap_ns(u.ts_ns, u.end_ns, w.start_ns, w.end_ns))::BIGINT AS len_ns
+FROM _ov_u u JOIN _ov_window w USING (rank, step)
+WHERE u.what = 'compute'
+GROUP BY ALL;
+
+-- _ov_hidden: comm covered by compute, per rank (step NULL), per step, HTA-style,
+-- and for the clipped comm of _ov_comm_win. Step comm is measured against the
+-- rank's whole compute union.
 CREATE OR REPLACE TEMP TABLE _ov_hidden AS
 WITH comm AS (
     SELECT rank, step, what, ts_ns, end_ns,
            CASE WHEN what = 'comm_hta' THEN 'compute_hta' ELSE 'compute' END AS cover
     FROM _ov_u WHERE what IN ('comm', 'comm_hta')
+    UNION ALL
+    SELECT rank, step, what, ts_ns, end_ns, 'compute' FROM _ov_comm_win
 )
 SELECT c.rank, c.step, c.what,
        sum(covered_ns(c.end_ns, b.ts_ns, b.end_ns, b.before_ns)
@@ -83,35 +117,56 @@ ASOF LEFT JOIN _ov_cover a ON a.rank = c.rank AND a.what = c.cover AND c.ts_ns >
 ASOF LEFT JOIN _ov_cover b ON b.rank = c.rank AND b.what = c.cover AND c.end_ns >= b.ts_ns
 GROUP BY ALL;
 
--- _ov_window: each step's window on the device timeline (the steps table).
-CREATE OR REPLACE TEMP TABLE _ov_window AS
-SELECT rank, step, window_start_ns AS start_ns, window_end_ns AS end_ns
-FROM steps
-WHERE run_id = getvariable('run_id') AND window_start_ns IS NOT NULL;
-
--- _ov_window_busy: device-busy time inside each window (any step's work).
-CREATE OR REPLACE TEMP TABLE _ov_window_busy AS
+-- _ov_window_cover: busy and compute time inside each window (any step's work).
+-- A range join, not coverage lookups: windows are few and tile the trace, so each
+-- disjoint piece meets about one window, and no sort of the whole cover is needed.
+CREATE OR REPLACE TEMP TABLE _ov_window_cover AS
 SELECT w.rank, w.step,
-       (covered_ns(w.end_ns, b.ts_ns, b.end_ns, b.before_ns)
-        - covered_ns(w.start_ns, a.ts_ns, a.end_ns, a.before_ns))::BIGINT AS busy_ns
-FROM (SELECT *, 'busy' AS what FROM _ov_window) w
-ASOF LEFT JOIN _ov_cover a ON a.rank = w.rank AND a.what = w.what AND w.start_ns >= a.ts_ns
-ASOF LEFT JOIN _ov_cover b ON b.rank = w.rank AND b.what = w.what AND w.end_ns >= b.ts_ns;
+       coalesce(sum(overlap_ns(u.ts_ns, u.end_ns, w.start_ns, w.end_ns)) FILTER (WHERE u.what = 'busy'), 0)::BIGINT
+           AS busy_ns,
+       coalesce(sum(overlap_ns(u.ts_ns, u.end_ns, w.start_ns, w.end_ns)) FILTER (WHERE u.what = 'compute'), 0)::BIGINT
+           AS compute_ns
+FROM _ov_window w JOIN _ov_u u
+  ON u.rank = w.rank AND u.step IS NULL AND u.what IN ('busy', 'compute')
+ AND u.end_ns > w.start_ns AND u.ts_ns < w.end_ns
+GROUP BY ALL;
 
--- overlap_step: one row per rank and step.
+-- _ov_comm_win_len: length of the clipped comm per window (its hidden part: _ov_hidden).
+CREATE OR REPLACE TEMP TABLE _ov_comm_win_len AS
+SELECT c.rank, c.step,
+       coalesce(sum(c.end_ns - c.ts_ns) FILTER (WHERE c.what = 'comm_own_win'), 0)::BIGINT AS own_ns,
+       coalesce(sum(c.end_ns - c.ts_ns) FILTER (WHERE c.what = 'comm_all_win'), 0)::BIGINT AS all_ns
+FROM _ov_comm_win c GROUP BY ALL;
+
+-- overlap_step: one row per rank and step. In the window: own = this step's compute
+-- and exposed comm, work = any step's compute or comm.
 CREATE OR REPLACE TEMP TABLE overlap_step AS
-SELECT w.rank, w.step,
-       w.end_ns - w.start_ns                                        AS step_ns,
-       coalesce(cp.len_ns, 0)                                       AS compute_ns,
-       coalesce(cm.len_ns, 0)                                       AS comm_ns,
-       coalesce(cm.len_ns, 0) - coalesce(h.hidden_ns, 0)            AS exposed_comm_ns,
-       (w.end_ns - w.start_ns) - wb.busy_ns                         AS idle_ns,
-       w.start_ns, w.end_ns
-FROM _ov_window w
-JOIN _ov_window_busy wb USING (rank, step)
-LEFT JOIN _ov_len cp ON cp.rank = w.rank AND cp.step = w.step AND cp.what = 'compute'
-LEFT JOIN _ov_len cm ON cm.rank = w.rank AND cm.step = w.step AND cm.what = 'comm'
-LEFT JOIN _ov_hidden h ON h.rank = w.rank AND h.step = w.step AND h.what = 'comm';
+WITH s AS (
+    SELECT w.rank, w.step, w.start_ns, w.end_ns,
+           w.end_ns - w.start_ns                                        AS step_ns,
+           coalesce(cp.len_ns, 0)                                       AS compute_ns,
+           coalesce(cm.len_ns, 0)                                       AS comm_ns,
+           coalesce(cm.len_ns, 0) - coalesce(h.hidden_ns, 0)            AS exposed_comm_ns,
+           coalesce(co.len_ns, 0) + coalesce(cw.own_ns, 0) - coalesce(ho.hidden_ns, 0) AS own_in_ns,
+           coalesce(wc.compute_ns, 0) + coalesce(cw.all_ns, 0) - coalesce(ha.hidden_ns, 0) AS work_in_ns,
+           coalesce(wc.busy_ns, 0)                                      AS busy_in_ns
+    FROM _ov_window w
+    LEFT JOIN _ov_window_cover wc USING (rank, step)
+    LEFT JOIN _ov_compute_own_win co USING (rank, step)
+    LEFT JOIN _ov_comm_win_len cw USING (rank, step)
+    LEFT JOIN _ov_len cp ON cp.rank = w.rank AND cp.step = w.step AND cp.what = 'compute'
+    LEFT JOIN _ov_len cm ON cm.rank = w.rank AND cm.step = w.step AND cm.what = 'comm'
+    LEFT JOIN _ov_hidden h  ON h.rank = w.rank AND h.step = w.step AND h.what = 'comm'
+    LEFT JOIN _ov_hidden ho ON ho.rank = w.rank AND ho.step = w.step AND ho.what = 'comm_own_win'
+    LEFT JOIN _ov_hidden ha ON ha.rank = w.rank AND ha.step = w.step AND ha.what = 'comm_all_win'
+)
+SELECT rank, step, step_ns, compute_ns, comm_ns, exposed_comm_ns,
+       step_ns - busy_in_ns                         AS idle_ns,
+       busy_in_ns - work_in_ns                      AS other_ns,
+       work_in_ns - own_in_ns                       AS spill_in_ns,
+       compute_ns + exposed_comm_ns - own_in_ns     AS spill_out_ns,
+       start_ns, end_ns
+FROM s;
 
 -- overlap_rank: one row per rank, over every profiled event (not only steps).
 CREATE OR REPLACE TEMP TABLE overlap_rank AS
@@ -128,6 +183,9 @@ SELECT r.rank, r.device_kind,
        coalesce(cm.len_ns, 0) - coalesce(h.hidden_ns, 0)       AS exposed_comm_ns,
        coalesce(sp.span_ns, 0)                                 AS span_ns,
        coalesce(sp.span_ns, 0) - coalesce(b.len_ns, 0)         AS idle_ns,
+       -- busy = compute + exposed comm + memcpy/memset-only time
+       coalesce(b.len_ns, 0) - coalesce(cp.len_ns, 0)
+           - (coalesce(cm.len_ns, 0) - coalesce(h.hidden_ns, 0)) AS other_ns,
        hc.len_ns                                               AS comm_hta_ns,
        coalesce(hh.hidden_ns, 0)                               AS hidden_hta_ns
 FROM ranks r

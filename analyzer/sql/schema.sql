@@ -99,9 +99,10 @@ CREATE TABLE IF NOT EXISTS steps (
     cpu_dur_ns       BIGINT,
     device_first_ns  BIGINT,           -- first start of the device work launched in the step
     device_last_ns   BIGINT,           -- last end of that work
-    window_start_ns  BIGINT,           -- the step on the device timeline: from its first
-    window_end_ns    BIGINT,           -- device start to the next step's (the last step: its
-                                       -- own last end); CPU-only traces use the ProfilerStep range
+    window_start_ns  BIGINT,           -- the step on the device timeline: from its first start
+    window_end_ns    BIGINT,           -- on the rank's main stream to the next step's (the last
+                                       -- step: its own last end); CPU-only traces use the
+                                       -- ProfilerStep range (see sql/steps.sql)
     PRIMARY KEY (run_id, rank, step)
 );
 
