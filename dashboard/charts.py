@@ -68,7 +68,8 @@ def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[in
         color=alt.Color(f"{metric}:Q", title=metric.replace("_", " "), scale=alt.Scale(scheme="purples")),
         tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("step:O"),
                  *[alt.Tooltip(f"{c}:Q", format=".3f") for c in ("step_ms", "compute_ms", "comm_ms",
-                                                                   "exposed_comm_ms", "idle_ms") if c in df],
+                                                                   "exposed_comm_ms", "idle_ms", "other_ms",
+                                                                   "spill_in_ms", "spill_out_ms") if c in df],
                  alt.Tooltip("overlap_pct:Q", title="overlap %", format=".1f")],
     )
     outline = base.mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=3).transform_filter(alt.datum.slowest)
