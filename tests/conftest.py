@@ -12,6 +12,12 @@ REFERENCE = Path(os.environ.get("OVERLAPSCOPE_REFERENCE_TRACES", ROOT.parent / "
 SAMPLES = ROOT / "sample_traces"
 
 
+def step_parts_ms(step: dict) -> float:
+    """What a step's time must equal: compute + exposed comm + other + idle + spill in - spill out."""
+    return (step["compute_ms"] + step["exposed_comm_ms"] + step["other_ms"] + step["idle_ms"]
+            + step["spill_in_ms"] - step["spill_out_ms"])
+
+
 @pytest.fixture(scope="session")
 def reference_dir() -> Path:
     """../shared/reference_traces; tests that need it skip when it is absent."""

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from analyzer.api import analyze, buckets, diagnose
-from conftest import SAMPLES
+from conftest import SAMPLES, step_parts_ms
 
 
 def bundle(name: str):
@@ -156,11 +156,6 @@ def test_every_sample_analyzes(name):
     assert all(r["comm_ms"] > 0 and r["compute_ms"] > 0 for r in result["ranks"])
 
 
-def _adds_up(step: dict) -> float:
-    return (step["compute_ms"] + step["exposed_comm_ms"] + step["other_ms"] + step["idle_ms"]
-            + step["spill_in_ms"] - step["spill_out_ms"])
-
-
 @pytest.mark.parametrize("name", sorted(p.name for p in SAMPLES.iterdir() if (p / "manifest.json").is_file())
                          if SAMPLES.is_dir() else [])
 def test_step_and_rank_times_add_up(name):
@@ -169,7 +164,7 @@ def test_step_and_rank_times_add_up(name):
     result = analysis(name, "analyze")
     for s in result["steps"]:
         assert min(s["idle_ms"], s["other_ms"], s["spill_in_ms"], s["spill_out_ms"]) >= 0
-        assert _adds_up(s) == pytest.approx(s["step_ms"], abs=1e-5), (s["rank"], s["step"])
+        assert step_parts_ms(s) == pytest.approx(s["step_ms"], abs=1e-5), (s["rank"], s["step"])
     for r in result["ranks"]:
         assert r["compute_ms"] + r["exposed_comm_ms"] + r["other_ms"] + r["idle_ms"] \
             == pytest.approx(r["span_ms"], abs=1e-5)
