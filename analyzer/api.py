@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .load import load
+from overlapscope.analyzer.ingest.load import load
 
 
 def analyze(paths: list[str], workers: int | None = None) -> dict:
@@ -17,7 +17,8 @@ def analyze(paths: list[str], workers: int | None = None) -> dict:
 
 def analyze_run(con, run_id: int) -> dict:
     """``analyze`` for a run already in a store (the catalog, the dashboard)."""
-    from . import overlap, runinfo  # imports duckdb: after load() has forked its workers
+    from overlapscope.analyzer.measure import overlap
+    from overlapscope.analyzer.store import runinfo  # imports duckdb: after load() has forked its workers
 
     return {"run": runinfo.describe(con, run_id), **overlap.compute(con, run_id)}
 
@@ -33,7 +34,8 @@ def buckets(paths: list[str], workers: int | None = None, tokens: float | None =
 
 
 def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
-    from . import buckets as buckets_analysis, runinfo
+    from overlapscope.analyzer.predict import buckets as buckets_analysis
+    from overlapscope.analyzer.store import runinfo
 
     return {"run": runinfo.describe(con, run_id), **buckets_analysis.compute(con, run_id, tokens)}
 
@@ -45,6 +47,7 @@ def diagnose(paths: list[str], workers: int | None = None, tokens: float | None 
 
 
 def diagnose_run(con, run_id: int, tokens: float | None = None) -> dict:
-    from . import diagnose as diagnose_analysis, runinfo
+    from overlapscope.analyzer.checklist import findings as diagnose_analysis
+    from overlapscope.analyzer.store import runinfo
 
     return {"run": runinfo.describe(con, run_id), **diagnose_analysis.compute(con, run_id, tokens)}

@@ -169,7 +169,7 @@ def main() -> int:
 
     paths = build_inputs()
     names = ["one", "four"] + ([] if args.skip_large else ["large"])
-    overlapscope = [sys.executable, "-m", "analyzer.cli", "analyze", "--json"]
+    overlapscope = [sys.executable, "-m", "overlapscope.cli", "analyze", "--json"]
     hta = [args.hta_python, "-c", HTA_SCRIPT] if Path(args.hta_python).exists() else None
     if hta is None:
         print(f"HTA not found at {args.hta_python}: measuring overlapscope only (make bench creates it)")

@@ -72,7 +72,7 @@ def build_input() -> str:
 
 
 def ingest() -> tuple[int, float, int]:
-    from analyzer import catalog
+    from overlapscope.analyzer.store import catalog
 
     DB.unlink(missing_ok=True)
     Path(f"{DB}.wal").unlink(missing_ok=True)
@@ -117,8 +117,10 @@ def render_times(repeat: int) -> dict[str, dict[str, list[float]]]:
 
 def timeline_size() -> dict:
     """What the timeline page draws for the slowest step on its default ranks."""
-    from analyzer import api, catalog, timeline
-    from dashboard import shape
+    from overlapscope.analyzer import api
+    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer.measure import timeline
+    from overlapscope.dashboard import shape
 
     con = catalog.open_catalog(DB, read_only=True)
     run_id = catalog.resolve_run(con, "bench/8-ranks")
@@ -136,7 +138,6 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep-db", action="store_true", help="keep .bench/dashboard.duckdb afterwards")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     label = build_input()
     run_id, ingest_s, events = ingest()
     print(f"input: {RANKS} ranks from the {label}; {events:,} events; ingest {ingest_s:.1f} s")

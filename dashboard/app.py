@@ -6,16 +6,10 @@ picker and the page menu, and runs the chosen page from ``views/``.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-# `streamlit run dashboard/app.py` from a checkout that is not pip-installed.
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-
-import streamlit as st  # noqa: E402
-
-from dashboard import context, data  # noqa: E402
-from dashboard.settings import from_env  # noqa: E402
+from overlapscope.dashboard import context, data
+from overlapscope.dashboard.settings import from_env
 
 PAGES = {
     "Run": [

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from . import data
-from .settings import Settings
+from overlapscope.dashboard import data
+from overlapscope.dashboard.settings import Settings
 
 CTX_KEY = "_overlapscope_ctx"
 RUN_KEY = "run_id"  # the sidebar's run picker

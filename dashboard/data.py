@@ -22,8 +22,10 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 
-from analyzer import api, catalog, runfacts, timeline as timeline_analysis
-from analyzer import errors
+from overlapscope.analyzer import api
+from overlapscope.analyzer.store import catalog, runfacts
+from overlapscope.analyzer.measure import timeline as timeline_analysis
+from overlapscope.analyzer import errors
 
 WAIT_S = 10.0  # how long a page waits for a catalog another process is writing
 RETRY_S = 0.2
@@ -131,7 +133,7 @@ def stamp(run: dict) -> str:
 def _core(db: str, run_id: int, run_stamp: str) -> dict:
     """``analyze_run`` and the per-collective attribution, on one connection so that
     the attribution reuses the overlap tables the analysis just built."""
-    from analyzer import collectives
+    from overlapscope.analyzer.measure import collectives
 
     with connect(db) as con:
         result = api.analyze_run(con, run_id)
@@ -158,7 +160,7 @@ def buckets(db: str, run_id: int, run_stamp: str) -> dict:
 @st.cache_data(show_spinner="Running the checklist...", max_entries=32)
 def diagnosis(db: str, run_id: int, run_stamp: str) -> dict:
     """``diagnose_run``: the checklist findings, failed first."""
-    from analyzer.api import diagnose_run
+    from overlapscope.analyzer.api import diagnose_run
 
     with connect(db) as con:
         return diagnose_run(con, run_id)

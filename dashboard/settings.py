@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer import catalog
+from overlapscope.analyzer.store import catalog
 
 ENV_DB = "OVERLAPSCOPE_DB"
 ENV_MAX_UPLOAD_MB = "OVERLAPSCOPE_MAX_UPLOAD_MB"

@@ -9,8 +9,8 @@ import math
 import statistics
 from collections import defaultdict
 
-from analyzer import model as seed_model
-from analyzer import model_overlap
+from overlapscope.analyzer.model import memory as seed_model
+from overlapscope.analyzer.model import hide as model_overlap
 
 # The seed's backward share of one micro-batch's compute: 4 Psi T of 6 Psi T FLOPs.
 BACKWARD_SHARE = 2 / 3

@@ -15,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyzer import api, inputs
-from analyzer.errors import InputError, UsageError
+from overlapscope.analyzer import api
+from overlapscope.analyzer.ingest import inputs
+from overlapscope.analyzer.errors import InputError, UsageError
 
 ACCEPTED = (".json", ".json.gz", ".gz", ".zip")
 # Rough parse rate of one decode worker on uncompressed JSON, for the progress

@@ -35,7 +35,7 @@ while read -r name options; do
     rm -rf "sample_traces/$name"
     start_ns=$(date +%s%N)
     # shellcheck disable=SC2086  # options are words on purpose
-    "$PY" -m tracer.examples.train $options "${COMMON[@]}" --out "sample_traces/$name" \
+    "$PY" -m overlapscope.tracer.examples.train $options "${COMMON[@]}" --out "sample_traces/$name" \
         >"sample_traces/.$name.log" 2>&1 || { cat "sample_traces/.$name.log" >&2; exit 1; }
     rm -f "sample_traces/.$name.log"
     elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))

@@ -81,7 +81,7 @@ def dashboard_bundles(tmp_path_factory, worker_id) -> list[Path]:
 @pytest.fixture(scope="session")
 def dashboard_db(tmp_path_factory, dashboard_bundles) -> Path:
     """A catalog holding the two bundles as runs 'sample-a' (run 1) and 'sample-b' (run 2)."""
-    from analyzer import catalog
+    from overlapscope.analyzer.store import catalog
 
     db = tmp_path_factory.mktemp("dashboard") / "catalog.duckdb"
     con = catalog.open_catalog(db)

@@ -12,10 +12,10 @@ import zipfile
 
 import pytest
 
-from analyzer.cli import main
-from analyzer.errors import InputError
-from analyzer.load import load
-from analyzer import store
+from overlapscope.cli import main
+from overlapscope.analyzer.errors import InputError
+from overlapscope.analyzer.ingest.load import load
+from overlapscope.analyzer.store import database as store
 from builders import GpuTrace, write
 
 
@@ -129,11 +129,11 @@ def test_debug_shows_the_traceback(tmp_path):
     path = tmp_path / "rank-0.json"
     path.write_text("{oops")
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    plain = subprocess.run([sys.executable, "-m", "analyzer.cli", "analyze", str(path)],
+    plain = subprocess.run([sys.executable, "-m", "overlapscope.cli", "analyze", str(path)],
                            capture_output=True, text=True, env=env)
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     assert plain.stderr.count("\n") == 1 and str(path) in plain.stderr
-    debug = subprocess.run([sys.executable, "-m", "analyzer.cli", "--debug", "analyze", str(path)],
+    debug = subprocess.run([sys.executable, "-m", "overlapscope.cli", "--debug", "analyze", str(path)],
                            capture_output=True, text=True, env=env)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 
@@ -146,7 +146,7 @@ def test_zip_and_directory_inputs(tmp_path):
     with zipfile.ZipFile(z, "w") as zf:
         for p in paths:
             zf.write(p, arcname=f"traces/{os.path.basename(p)}")
-    from analyzer.api import analyze
+    from overlapscope.analyzer.api import analyze
     by_dir = analyze([str(d)], workers=2)
     by_zip = analyze([str(z)], workers=1)
     assert [r["rank"] for r in by_dir["ranks"]] == [0, 1, 2]

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from analyzer.api import analyze, buckets
+from overlapscope.analyzer.api import analyze, buckets
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.api import buckets
+from overlapscope.analyzer.api import buckets
 from builders import GpuTrace, write
 
 US = 1e-3

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from analyzer import catalog
-from analyzer.cli import main
-from analyzer.errors import InputError
+from overlapscope.analyzer.store import catalog
+from overlapscope.cli import main
+from overlapscope.analyzer.errors import InputError
 from builders import GpuTrace, write
 
 

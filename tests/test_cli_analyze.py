@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from analyzer.cli import main
+from overlapscope.cli import main
 from builders import GpuTrace, write
 
 RANK_KEYS = {"rank", "comm_ms", "exposed_comm_ms", "overlap_pct", "compute_ms", "step_ms"}

@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from analyzer import cli_model
-from analyzer.cli import main
-from analyzer.errors import UsageError
+from overlapscope.cli import model as cli_model
+from overlapscope.cli import main
+from overlapscope.analyzer.errors import UsageError
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import altair as alt
 import pytest
 
-from analyzer import model as seed_model
-from dashboard import charts, shape
+from overlapscope.analyzer.model import memory as seed_model
+from overlapscope.dashboard import charts, shape
 
 STEPS = [  # two ranks, two steps; rank 1 step 3 is the slowest
     {"rank": 0, "step": 2, "step_ms": 10.0, "compute_ms": 6.0, "comm_ms": 4.0, "exposed_comm_ms": 1.0,

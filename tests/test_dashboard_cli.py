@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import catalog, cli, cli_dashboard
-from dashboard.settings import from_env
+from overlapscope.analyzer.store import catalog
+from overlapscope import cli
+from overlapscope.cli import dashboard as cli_dashboard
+from overlapscope.dashboard.settings import from_env
 
 
 def args(**kw) -> Namespace:
@@ -117,7 +119,7 @@ def start_server(db: Path, *extra: str):
     """``overlapscope dashboard`` as a user starts it; returns (process, url)."""
     port = _free_port()
     exe = Path(sys.executable).parent / "overlapscope"
-    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "analyzer.cli"]
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "overlapscope.cli"]
     proc = subprocess.Popen([*command, "dashboard", "--db", str(db), "--port", str(port),
                              "--address", "127.0.0.1", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analyzer import catalog
+from overlapscope.analyzer.store import catalog
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 RUN_PAGES = ["views/overview.py", "views/timeline.py", "views/buckets.py", "views/model.py",
@@ -184,7 +184,7 @@ def test_a_catalog_locked_by_another_process_gives_a_message(monkeypatch, tmp_pa
     import subprocess
     import sys
 
-    from dashboard import data
+    from overlapscope.dashboard import data
 
     db = tmp_path / "locked.duckdb"
     shutil.copy(dashboard_db, db)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import catalog
-from analyzer.errors import UsageError
-from dashboard import data, uploads
+from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.dashboard import data, uploads
 from test_dashboard_pages import no_errors, open_app
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer import frames
-from analyzer.decode import DETAILS, decode_source
-from analyzer.inputs import TraceSource
+from overlapscope.analyzer.ingest import frames
+from overlapscope.analyzer.ingest.decode import DETAILS, decode_source
+from overlapscope.analyzer.ingest.inputs import TraceSource
 from builders import CpuTrace, GpuTrace, write
 from conftest import REFERENCE, SAMPLES
 

@@ -8,7 +8,7 @@ rule needs them.
 from __future__ import annotations
 
 
-from analyzer.api import diagnose
+from overlapscope.analyzer.api import diagnose
 from builders import GpuTrace, write_bundle
 
 MB = 1_000_000

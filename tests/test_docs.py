@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from analyzer.cli import _build_parser
+from overlapscope.cli import _build_parser
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
@@ -30,13 +30,13 @@ def test_every_command_and_option_is_in_the_readme():
 
 
 def test_every_setting_is_in_the_readme():
-    code = "\n".join(p.read_text() for p in list((ROOT / "analyzer").glob("*.py")) + list((ROOT / "dashboard").rglob("*.py")))
+    code = "\n".join(p.read_text() for p in list((ROOT / "analyzer").rglob("*.py")) + list((ROOT / "cli").rglob("*.py")) + list((ROOT / "dashboard").rglob("*.py")))
     for setting in set(re.findall(r"OVERLAPSCOPE_[A-Z_]+", code)):
         assert setting in README, setting
 
 
 def test_every_rule_id_is_in_the_readme():
-    from analyzer.rules import RULES
+    from overlapscope.analyzer.checklist.rules import RULES
 
     for rule in RULES:
         assert f"`{rule.__name__}`" in README, rule.__name__

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.api import analyze
+from overlapscope.analyzer.api import analyze
 from conftest import step_parts_ms
 from intervals_ref import gloo_overlap, read
 

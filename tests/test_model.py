@@ -14,7 +14,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import numpy as np
 import pytest
 
-from analyzer.model import (
+from overlapscope.analyzer.model.memory import (
     allgathers_per_layer,
     comm_per_gpu,
     model_state_breakdown,
@@ -22,7 +22,7 @@ from analyzer.model import (
     stage_collectives,
     to_gb,
 )
-from analyzer.model_collectives import (
+from overlapscope.analyzer.model.ring import (
     alg_bandwidth_per_s,
     bus_bandwidth_per_s,
     bus_factor,
@@ -32,7 +32,7 @@ from analyzer.model_collectives import (
     ring_latency_s,
     wire_bytes,
 )
-from analyzer.model_overlap import (
+from overlapscope.analyzer.model.hide import (
     VERDICT_THRESHOLDS,
     backward_time_s,
     compute_time_s,

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.model_collectives import collective_time_s
-from analyzer.model_overlap import backward_time_s
-from analyzer.model_timeline import (
+from overlapscope.analyzer.model.ring import collective_time_s
+from overlapscope.analyzer.model.hide import backward_time_s
+from overlapscope.analyzer.model.replay import (
     Bucket,
     FsdpOptions,
     FsdpUnit,

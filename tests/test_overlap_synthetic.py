@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.api import analyze
+from overlapscope.analyzer.api import analyze
 from builders import CpuTrace, GpuTrace, write
 from conftest import step_parts_ms
 

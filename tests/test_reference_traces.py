@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.api import analyze
+from overlapscope.analyzer.api import analyze
 from conftest import step_parts_ms
 from intervals_ref import gpu_overlap, read
 

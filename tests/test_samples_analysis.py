@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from analyzer.api import analyze, buckets, diagnose
+from overlapscope.analyzer.api import analyze, buckets, diagnose
 from conftest import SAMPLES, step_parts_ms
 
 

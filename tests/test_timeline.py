@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer import api, catalog, timeline
-from analyzer.load import load
+from overlapscope.analyzer import api
+from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer.measure import timeline
+from overlapscope.analyzer.ingest.load import load
 from builders import CpuTrace, GpuTrace, write_bundle
 
 US = 1e-3  # ms
@@ -80,7 +82,7 @@ def test_lanes_put_compute_first_and_ranks_filter(tmp_path):
 
 
 def test_attribution_given_by_the_caller_is_used(tmp_path):
-    from analyzer import collectives
+    from overlapscope.analyzer.measure import collectives
 
     con, run_id = _load(tmp_path, _two_ranks())
     rows = collectives.compute(con, run_id)

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _run(tmp_path: Path, parallel: str) -> tuple[dict, list[dict]]:
     nproc = min(2, torch.cuda.device_count())
     out = tmp_path / parallel
-    cmd = [sys.executable, "-m", "tracer.examples.train", "--parallel", parallel, "--nproc", str(nproc),
+    cmd = [sys.executable, "-m", "overlapscope.tracer.examples.train", "--parallel", parallel, "--nproc", str(nproc),
            "--backend", "nccl", "--model-size", "small", "--out", str(out)]
     if parallel == "ddp":
         cmd += ["--bucket-cap-mb", "1"]

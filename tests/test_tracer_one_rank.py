@@ -94,7 +94,7 @@ def _user_hook(out: Path) -> dict:
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    from tracer import CalibrationConfig, ProfileConfig, TraceConfig, Tracer
+    from overlapscope.tracer import CalibrationConfig, ProfileConfig, TraceConfig, Tracer
 
     calls = []
 
@@ -119,7 +119,7 @@ def _hook_registered_first(out: Path) -> None:
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    from tracer import TraceConfig, Tracer
+    from overlapscope.tracer import TraceConfig, Tracer
 
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
     model.register_comm_hook(None, allreduce_hook)
@@ -130,7 +130,7 @@ def _hook_registered_first(out: Path) -> None:
 def _short_run(out: Path) -> None:
     import torch
 
-    from tracer import TraceConfig, Tracer
+    from overlapscope.tracer import TraceConfig, Tracer
 
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4))
     with Tracer(model, TraceConfig(out_dir=out, calibrate=False)) as tracer:

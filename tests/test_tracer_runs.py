@@ -24,15 +24,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tracer.examples.model import MODEL_SIZES, TinyLM  # noqa: E402
+from overlapscope.tracer.examples.model import MODEL_SIZES, TinyLM  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 240
-EXAMPLE = [sys.executable, "-m", "tracer.examples.train"]
+EXAMPLE = [sys.executable, "-m", "overlapscope.tracer.examples.train"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "-m", "tracer.examples.train"]
+            "-m", "overlapscope.tracer.examples.train"]
 
 # name -> (launcher, example options); every run uses 2 ranks, the tiny model and gloo.
 RUNS = {

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from tracer import (  # noqa: E402
+from overlapscope.tracer import (  # noqa: E402
     BUCKET_ANNOTATION,
     MANIFEST_FILE,
     MICROBATCH_ANNOTATION,
@@ -24,8 +24,8 @@ from tracer import (  # noqa: E402
     TraceConfig,
     Tracer,
 )
-from tracer.calibration import bus_bandwidth_factor  # noqa: E402
-from tracer.examples.train import main  # noqa: E402
+from overlapscope.tracer.calibration import bus_bandwidth_factor  # noqa: E402
+from overlapscope.tracer.examples.train import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,9 +98,9 @@ def test_tracer_imports_nothing_from_the_analyzer():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                assert not (node.module or "").startswith("analyzer"), path
+                assert not (node.module or "").startswith(("analyzer", "overlapscope.analyzer")), path
             if isinstance(node, ast.Import):
-                assert not any(a.name.startswith("analyzer") for a in node.names), path
+                assert not any(a.name.startswith(("analyzer", "overlapscope.analyzer")) for a in node.names), path
 
 
 # ----------------------------------------------------------------------------- CLI errors
@@ -137,7 +137,7 @@ def test_nccl_without_gpu_is_an_option_error(capsys):
 
 
 def test_bad_option_from_the_command_line():
-    proc = subprocess.run([sys.executable, "-m", "tracer.examples.train", "--accumulation-steps", "zero"],
+    proc = subprocess.run([sys.executable, "-m", "overlapscope.tracer.examples.train", "--accumulation-steps", "zero"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--accumulation-steps" in proc.stderr

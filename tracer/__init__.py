@@ -2,7 +2,7 @@
 
 Add it around a training loop::
 
-    from tracer import Tracer, TraceConfig, RunFacts
+    from overlapscope.tracer import Tracer, TraceConfig, RunFacts
 
     with Tracer(model, TraceConfig(out_dir="run1"), RunFacts(tokens_per_microbatch=4096)) as tracer:
         for step in range(steps):
@@ -18,18 +18,18 @@ It writes a run bundle: ``rank-<r>.pt.trace.json.gz`` per rank and one
 This package imports torch; the analyzer never imports it.
 """
 
-from .calibration import CalibrationConfig
-from .ddp_buckets import allreduce_mean_hook, annotate_buckets
-from .manifest import RunFacts
-from .names import (
+from overlapscope.tracer.calibration import CalibrationConfig
+from overlapscope.tracer.ddp_buckets import allreduce_mean_hook, annotate_buckets
+from overlapscope.tracer.manifest import RunFacts
+from overlapscope.tracer.names import (
     BUCKET_ANNOTATION,
     MANIFEST_FILE,
     MICROBATCH_ANNOTATION,
     SCHEMA_VERSION,
     TRACE_FILE_TEMPLATE,
 )
-from .profiling import ProfileConfig
-from .session import TraceConfig, Tracer
+from overlapscope.tracer.profiling import ProfileConfig
+from overlapscope.tracer.session import TraceConfig, Tracer
 
 __all__ = [
     "BUCKET_ANNOTATION",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .names import MANIFEST_FILE, SCHEMA_VERSION, trace_file_name
+from overlapscope.tracer.names import MANIFEST_FILE, SCHEMA_VERSION, trace_file_name
 
 WRAPPINGS = ("per-block", "root-only")
 

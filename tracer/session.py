@@ -20,13 +20,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .calibration import COLLECTIVE_KINDS, CalibrationConfig, CommTarget, calibrate
-from .ddp_buckets import BucketRecorder, CommHook, annotate_buckets, reducer_bucket_bytes
-from .facts import gather_rank_facts, nccl_version
-from .fsdp_units import is_fsdp, sharding_groups, sharding_layout
-from .manifest import ModelFacts, RunFacts, build_manifest, write_manifest
-from .names import microbatch_annotation
-from .profiling import ProfileConfig, build_profiler, trace_path
+from overlapscope.tracer.calibration import COLLECTIVE_KINDS, CalibrationConfig, CommTarget, calibrate
+from overlapscope.tracer.ddp_buckets import BucketRecorder, CommHook, annotate_buckets, reducer_bucket_bytes
+from overlapscope.tracer.facts import gather_rank_facts, nccl_version
+from overlapscope.tracer.fsdp_units import is_fsdp, sharding_groups, sharding_layout
+from overlapscope.tracer.manifest import ModelFacts, RunFacts, build_manifest, write_manifest
+from overlapscope.tracer.names import microbatch_annotation
+from overlapscope.tracer.profiling import ProfileConfig, build_profiler, trace_path
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, context, data, shape
+from overlapscope.dashboard import charts, context, data, shape
 
 KIND_LABELS = {"ddp_bucket": "DDP buckets", "fsdp_unit": "FSDP units", "other": "other collectives"}
 TOP = 40

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import context, data, shape
+from overlapscope.dashboard import context, data, shape
 
 
 def _finding(f: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, context, data, shape
+from overlapscope.dashboard import charts, context, data, shape
 
 HEADLINE = (("step_ms", "Step (slowest rank)", "ms"), ("exposed_comm_ms", "Exposed comm (worst rank)", "ms"),
             ("overlap_pct", "Overlap (mean)", "%"), ("comm_ms", "Comm (mean)", "ms"))

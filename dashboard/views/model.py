@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, context, data, shape
+from overlapscope.dashboard import charts, context, data, shape
 
 
 def _ratio_section(result: dict, analysis: dict, run_id: int) -> None:

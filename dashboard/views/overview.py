@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, context, data, shape
+from overlapscope.dashboard import charts, context, data, shape
 
 
 def _fmt(value, unit: str = "ms", digits: int = 2) -> str:

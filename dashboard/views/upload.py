@@ -12,8 +12,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from analyzer.errors import UsageError
-from dashboard import context, data, uploads
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.dashboard import context, data, uploads
 
 DONE_KEY = "_upload_done"
 

@@ -1,4 +1,4 @@
 """A small transformer LM trained with DDP, FSDP2, FSDP1 or HSDP under the tracer.
 
-Run ``python -m tracer.examples.train --help``.
+Run ``python -m overlapscope.tracer.examples.train --help``.
 """

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .options import TrainConfig
+from overlapscope.tracer.examples.options import TrainConfig
 
 RankFn = Callable[[TrainConfig, int, int, int], None]
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from ..manifest import WRAPPINGS
-from ..profiling import ProfileConfig
-from .model import MODEL_SIZES, ModelConfig
+from overlapscope.tracer.manifest import WRAPPINGS
+from overlapscope.tracer.profiling import ProfileConfig
+from overlapscope.tracer.examples.model import MODEL_SIZES, ModelConfig
 
 PARALLELISMS = ("ddp", "fsdp", "hsdp")
 BACKENDS = ("gloo", "nccl")
@@ -171,7 +171,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m tracer.examples.train", description="Train a small LM data-parallel and trace it.")
+    p = _Parser(prog="python -m overlapscope.tracer.examples.train", description="Train a small LM data-parallel and trace it.")
     p.add_argument("--parallel", choices=PARALLELISMS, default="ddp")
     p.add_argument("--nproc", type=int, default=2, help="ranks to spawn (ignored under torchrun)")
     p.add_argument("--steps", type=int, default=5)

@@ -8,8 +8,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from .model import Block, TinyLM
-from .options import TrainConfig
+from overlapscope.tracer.examples.model import Block, TinyLM
+from overlapscope.tracer.examples.options import TrainConfig
 
 
 def parallelize(model: TinyLM, cfg: TrainConfig, device: torch.device, world_size: int) -> nn.Module:

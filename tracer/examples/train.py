@@ -1,6 +1,6 @@
 """Train a small transformer LM data-parallel and capture a run bundle.
 
-    python -m tracer.examples.train --parallel ddp|fsdp|hsdp --nproc N --steps S --out DIR
+    python -m overlapscope.tracer.examples.train --parallel ddp|fsdp|hsdp --nproc N --steps S --out DIR
 
 Spawns ``--nproc`` ranks itself, or runs as one rank under ``torchrun``
 (detected from ``RANK``/``WORLD_SIZE``). ``--help`` lists every option.
@@ -22,20 +22,20 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .. import RunFacts, TraceConfig, Tracer
-from .launch import launch, running_under_torchrun
-from .model import TinyLM, lm_loss, synthetic_batches
-from .options import TrainConfig, UsageError, parse_args
-from .parallelize import parallelize
+from overlapscope.tracer import RunFacts, TraceConfig, Tracer
+from overlapscope.tracer.examples.launch import launch, running_under_torchrun
+from overlapscope.tracer.examples.model import TinyLM, lm_loss, synthetic_batches
+from overlapscope.tracer.examples.options import TrainConfig, UsageError, parse_args
+from overlapscope.tracer.examples.parallelize import parallelize
 
-PROG = "python -m tracer.examples.train"
+PROG = "python -m overlapscope.tracer.examples.train"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     world_size = int(os.environ["WORLD_SIZE"]) if running_under_torchrun() else None
     try:
-        cfg = parse_args(argv, command_line=shlex.join(["python", "-m", "tracer.examples.train", *argv]),
+        cfg = parse_args(argv, command_line=shlex.join(["python", "-m", "overlapscope.tracer.examples.train", *argv]),
                          world_size=world_size)
     except UsageError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

@@ -1,0 +1,447 @@
+"""Decode one per-rank Kineto trace into Arrow tables (runs in a worker process).
+
+Pipeline per file: gunzip (isal) -> columns (frames.py: the C scanner, or msgspec)
+-> classification per distinct (category, name) pair -> args decoded by event
+class (msgspec) -> launch, step and compute assignment with NumPy. No Python
+loop runs per event.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import zlib
+from operator import attrgetter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from overlapscope.analyzer.ingest import classify, columns as col
+from overlapscope.analyzer.ingest.classify import KIND_CODE
+from overlapscope.analyzer.ingest.dtypes import itemsize
+from overlapscope.analyzer.errors import InputError
+from overlapscope.analyzer.ingest.flops import FLOP_OPS, matmul_flops
+from overlapscope.analyzer.ingest.inputs import TraceSource, rank_from_name
+from overlapscope.analyzer.ingest.frames import Frame, frame
+from overlapscope.analyzer.ingest.kineto import (
+    CORRELATION_DECODER, DEVICE_ARGS_DECODER, HOST_ARGS_DECODER, MEMORY_ARGS_DECODER, META_ARGS_DECODER,
+)
+
+try:  # igzip is 3-4x faster than zlib on trace files; zlib is the fallback
+    from isal import igzip as _gzip
+except ImportError:  # pragma: no cover - isal is a dependency, but stay usable without it
+    _gzip = gzip
+
+NULL = col.NULL_I64
+
+
+@dataclass
+class RankData:
+    """Everything one rank's file contributes to the store, as Arrow tables."""
+
+    meta: dict
+    events: pa.Table
+    tracks: pa.Table
+    collectives: pa.Table
+    flows: pa.Table
+    memory: pa.Table
+    counts: dict = field(default_factory=dict)
+
+
+def decompress(data: bytes, where: str) -> bytes:
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        return _gzip.decompress(data)
+    except (EOFError, OSError, zlib.error, ValueError) as err:
+        raise InputError(where, f"truncated or corrupt gzip data ({err})") from None
+
+
+def _json_array(raws: list) -> bytes:
+    """One JSON array of raw argument objects, to decode them in a single call."""
+    return b"[" + b",".join(raws) + b"]"
+
+
+def _rank_facts(trace, source: TraceSource) -> dict:
+    info = trace.distributedInfo
+    rank = info.rank if info is not None else None
+    rank_source = "distributedInfo"
+    if rank is None:
+        rank, rank_source = rank_from_name(source.basename), "file name"
+    if rank is None:
+        why = "distributedInfo has no rank" if info is not None else "no distributedInfo"
+        raise InputError(source.display, f"no rank: {why} and the file name carries none (name it rank-<N>.json)")
+    devices = trace.deviceProperties or []
+    return {
+        "rank": int(rank),
+        "rank_source": rank_source,
+        "world_size": info.world_size if info is not None else None,
+        "backend": info.backend if info is not None else None,
+        "nccl_version": info.nccl_version if info is not None else None,
+        "pg_config": bytes(info.pg_config).decode() if info is not None and len(info.pg_config) else None,
+        "device_names": sorted({d.name for d in devices if d.name}),
+        "device_memory_bytes": max((d.totalGlobalMem or 0 for d in devices), default=None) or None,
+        "base_time_ns": trace.baseTimeNanoseconds,
+        "hostname": trace.host_name or trace.hostname,
+        "file": source.display,
+    }
+
+
+def _track_names(meta_evs: list) -> dict:
+    """thread_name / process_name metadata, keyed by (pid, tid) and (pid, None)."""
+    names: dict = {}
+    if not meta_evs:
+        return names
+    args = META_ARGS_DECODER.decode(_json_array([e.args for e in meta_evs]))
+    for e, a in zip(meta_evs, args):
+        if e.name == "thread_name" and a.name:
+            names[(e.pid, e.tid)] = a.name
+        elif e.name == "process_name" and a.name:
+            names[(e.pid, None)] = a.name
+    return names
+
+
+def _tensor_sizes(raw) -> tuple[int, int]:
+    """(largest, smallest) tensor of a gloo span / c10d op, in elements, from ``Input Dims``.
+
+    The largest is the collective's full buffer (nccl-tests' size: an all-gather's
+    output, a reduce-scatter's input); the smallest is an all-gather's shard, which
+    is what gloo's own span reports. Shapes may be nested (tensor lists).
+    """
+    if not len(raw):
+        return NULL, NULL
+    try:
+        dims = json.loads(bytes(raw))
+    except ValueError:
+        return NULL, NULL
+
+    def shapes(x):
+        if isinstance(x, list) and x and all(isinstance(d, int) for d in x):
+            yield x
+        elif isinstance(x, list):
+            for y in x:
+                yield from shapes(y)
+
+    sizes = [math.prod(s) for s in shapes(dims)]
+    return (max(sizes), min(sizes)) if sizes else (NULL, NULL)
+
+
+def _first_type(raw) -> str | None:
+    if not len(raw):
+        return None
+    try:
+        types = json.loads(bytes(raw))
+    except ValueError:
+        return None
+    return next((t for t in types if isinstance(t, str) and t and t not in ("TensorList", "Scalar")), None)
+
+
+class _Columns:
+    """Per-event columns of one file's slices and instants, filled group by group."""
+
+    def __init__(self, n: int):
+        self.correlation = np.full(n, NULL, np.int64)
+        self.external_id = np.full(n, NULL, np.int64)
+        self.stream = np.full(n, NULL, np.int64)
+        self.device = np.full(n, NULL, np.int64)
+        self.flops = np.full(n, np.nan)
+
+
+# How much of a trace a load keeps (a lighter load is faster):
+#   overlap      what the overlap analysis reads: on GPU traces, device work,
+#                runtime launches, annotations and ProfilerStep ranges
+#   attribution  overlap + collective launches (c10d, record_param_comms), matmul
+#                ops (FLOP counts for F) and allocator events (memory peak)
+#   full         every event with its raw args, and the flow events (the catalog)
+# CPU-only traces keep all their events at every level: their ops are the compute.
+DETAILS = ("overlap", "attribution", "full")
+_OVERLAP_KINDS = ("compute", "comm", "memcpy", "memset", "sync", "step")
+
+
+def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool = True) -> RankData:
+    """Read, decode and classify one rank's trace file, keeping ``detail`` (see DETAILS)."""
+    full = detail == "full"
+    where = source.display
+    fr: Frame = frame(decompress(source.read_bytes(), where), where, detail, use_scanner)
+    meta = _rank_facts(fr.header, source)
+    counts, gpu_trace, args_of = fr.counts, fr.gpu_trace, fr.args
+    n, names, name_codes, cats, cat_codes = fr.n, fr.names, fr.name_codes, fr.cats, fr.cat_codes
+    track_codes, track_keys, ts_ns, dur_ns = fr.track_codes, fr.track_keys, fr.ts_ns, fr.dur_ns
+
+    # Classification once per distinct (category, name) pair.
+    pair_keys = cat_codes.astype(np.int64) * len(names) + name_codes
+    pairs, pair_of_event = np.unique(pair_keys, return_inverse=True)
+    pair_kind = classify.classify_pairs([cats[p // len(names)] for p in pairs.tolist()],
+                                        [names[p % len(names)] for p in pairs.tolist()], gpu_trace)
+    kind = pair_kind[pair_of_event]
+
+    cols = _Columns(n)
+    is_device_cat = np.isin(cat_codes, [i for i, c in enumerate(cats) if c in classify.DEVICE_CATEGORIES])
+    is_memory = kind == KIND_CODE["memory"]
+    host_kinds = [KIND_CODE[k] for k in ("runtime", "comm", "comm_launch", "step") + (
+        () if detail == "overlap" else ("cpu_op", "compute", "annotation", "sync", "other"))]
+    host_rows = np.flatnonzero(~is_device_cat & np.isin(kind, host_kinds))
+    device_rows = np.flatnonzero(is_device_cat)
+    if detail == "overlap":
+        named = _fill_args_overlap(fr.args_json, device_rows, host_rows, cols, kind)
+        coll = None
+    else:
+        coll = _fill_args(fr.args_json, device_rows, host_rows, cols, kind, names, name_codes)
+        named = np.array(coll["event_id"], dtype=np.int64)
+    # Collective kernels named differently from every rule still carry "Collective name".
+    if gpu_trace and len(named):
+        has_coll = np.zeros(n, dtype=bool)
+        has_coll[named] = True
+        kind[(cat_codes == cats.index("kernel")) & has_coll] = KIND_CODE["comm"]
+
+    tracks = _tracks(track_keys, track_codes, kind, is_device_cat, fr.meta_events)
+    if not gpu_trace:
+        _mark_cpu_compute(kind, name_codes, names, track_codes, tracks["comm_tracks"])
+
+    launch_ts = _launch_ts(kind, cols.correlation, ts_ns, device_rows)
+    step = _assign_steps(kind, name_codes, names, ts_ns, dur_ns, device_rows, launch_ts)
+
+    # The overlap analysis reads device work and steps only: the rest stays in the worker.
+    keep = (np.flatnonzero(np.isin(kind, [KIND_CODE[k] for k in _OVERLAP_KINDS])) if detail == "overlap"
+            else slice(None))
+    events = pa.table({
+        "event_id": col.int64(np.arange(n, dtype=np.int64)[keep]),
+        "track_id": col.int32(track_codes[keep]),
+        "ts_ns": col.int64(ts_ns[keep]),
+        "dur_ns": col.int64(dur_ns[keep]),
+        "name": col.dictionary(name_codes[keep], names),
+        "cat": col.dictionary(cat_codes[keep], cats),
+        "kind": col.dictionary(kind.astype(np.int32)[keep], list(classify.KINDS)),
+        "step": col.int64(step[keep]),
+        "correlation": col.int64(cols.correlation[keep]),
+        "external_id": col.int64(cols.external_id[keep]),
+        "stream": col.int64(cols.stream[keep]),
+        "device": col.int64(cols.device[keep]),
+        "launch_ts_ns": col.int64(launch_ts[keep]),
+        "flops": col.float64(cols.flops[keep]),
+        **({"args": col.raw_json(args_of(np.arange(n)))} if full else {}),
+    })
+    meta.update(device_kind="gpu" if gpu_trace else "cpu")
+    return RankData(
+        meta=meta,
+        events=events,
+        tracks=tracks["table"],
+        collectives=_collectives_table(coll if coll is not None else _NO_COLLECTIVES),
+        flows=_flows_table(fr.flows, track_keys),
+        memory=_memory_table(fr.args_json, np.flatnonzero(is_memory), ts_ns, track_codes),
+        counts=counts,
+    )
+
+
+def _fill_args_overlap(args_json, device_rows, host_rows, cols: _Columns, kind) -> np.ndarray:
+    """The overlap detail's args: correlation ids and whether a kernel names a collective.
+
+    Returns the device rows whose args carry "Collective name".
+    """
+    named = np.zeros(0, dtype=np.int64)
+    if len(device_rows):
+        dargs = DEVICE_ARGS_DECODER.decode(args_json(device_rows))
+        cols.correlation[device_rows] = col.optional_ints(list(map(attrgetter("correlation"), dargs)))
+        has = np.fromiter((a.collective is not None for a in dargs), dtype=bool, count=len(dargs))
+        named = device_rows[has]
+    runtime = host_rows[kind[host_rows] == KIND_CODE["runtime"]]
+    if len(runtime):
+        rargs = CORRELATION_DECODER.decode(args_json(runtime))
+        cols.correlation[runtime] = col.optional_ints(list(map(attrgetter("correlation"), rargs)))
+    return named
+
+
+def _fill_args(args_json, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
+    """Decode the args of device and host events by class; return collective rows."""
+    coll = {k: [] for k in ("event_id", "collective", "in_elems", "out_elems", "group_size", "dtype",
+                            "pg_name", "pg_desc", "pg_ranks", "elements", "min_elements")}
+
+    def add_coll(i, a, collective, sizes=(NULL, NULL)):
+        coll["event_id"].append(i)
+        coll["collective"].append(collective)
+        coll["in_elems"].append(a.in_elems)
+        coll["out_elems"].append(a.out_elems)
+        coll["group_size"].append(a.group_size)
+        coll["dtype"].append(a.dtype)
+        coll["pg_name"].append(a.pg_name)
+        coll["pg_desc"].append(a.pg_desc)
+        coll["pg_ranks"].append(bytes(a.pg_ranks).decode() if len(a.pg_ranks) else None)
+        coll["elements"].append(sizes[0])
+        coll["min_elements"].append(sizes[1])
+
+    if len(device_rows):
+        dargs = DEVICE_ARGS_DECODER.decode(args_json(device_rows))
+        for name in ("correlation", "external_id", "stream", "device"):
+            getattr(cols, name)[device_rows] = col.optional_ints(list(map(attrgetter(name), dargs)))
+        for i, a in zip(device_rows.tolist(), dargs):
+            if a.collective is not None or kind[i] == KIND_CODE["comm"]:
+                add_coll(i, a, a.collective or classify.kernel_collective(names[name_codes[i]]))
+    if len(host_rows):
+        hargs = HOST_ARGS_DECODER.decode(args_json(host_rows))
+        for name in ("correlation", "external_id"):
+            getattr(cols, name)[host_rows] = col.optional_ints(list(map(attrgetter(name), hargs)))
+        flops = list(map(attrgetter("flops"), hargs))
+        cols.flops[host_rows] = np.array(flops, dtype=np.float64)  # None -> nan
+        # Newer profilers record shapes but no FLOP count: derive it for matmuls.
+        matmul_names = [i for i, n in enumerate(names) if n in FLOP_OPS]
+        if matmul_names:
+            for j in np.flatnonzero(np.isin(name_codes[host_rows], matmul_names)).tolist():
+                i = int(host_rows[j])
+                if math.isnan(cols.flops[i]):
+                    f = matmul_flops(names[name_codes[i]], bytes(hargs[j].input_dims))
+                    cols.flops[i] = math.nan if f is None else f
+        comm_like = np.isin(kind[host_rows], [KIND_CODE["comm"], KIND_CODE["comm_launch"]])
+        for j in np.flatnonzero(comm_like):
+            i, a = int(host_rows[j]), hargs[j]
+            name = names[name_codes[i]]
+            collective = a.collective or name.split(":")[-1].lstrip("_") or None
+            if a.dtype is None:
+                a.dtype = _first_type(a.input_type)
+            add_coll(i, a, collective, _tensor_sizes(a.input_dims))
+    return coll
+
+
+def _tracks(track_keys, track_codes, kind, is_device_cat, meta_evs) -> dict:
+    n_tracks = len(track_keys)
+    device_track = np.zeros(n_tracks, dtype=bool)
+    device_track[np.unique(track_codes[is_device_cat])] = True
+    comm_track = np.zeros(n_tracks, dtype=bool)
+    comm_track[np.unique(track_codes[kind == KIND_CODE["comm"]])] = True
+    comm_track &= ~device_track
+    names = _track_names(meta_evs)
+    kinds, labels = [], []
+    for t, (pid, tid) in enumerate(track_keys):
+        label = names.get((pid, tid)) or ""
+        if device_track[t]:
+            kinds.append("gpu_stream")
+            label = label or f"stream {tid}"
+        elif comm_track[t]:
+            kinds.append("comm_thread")
+        elif isinstance(pid, int) and isinstance(tid, int):
+            kinds.append("cpu_thread")
+        else:
+            kinds.append("other")
+        labels.append(label or f"{pid}/{tid}")
+    table = pa.table({
+        "track_id": col.int32(np.arange(n_tracks)),
+        "pid": col.strings([str(p) for p, _ in track_keys]),
+        "tid": col.strings([str(t) for _, t in track_keys]),
+        "kind": col.strings(kinds),
+        "name": col.strings(labels),
+    })
+    return {"table": table, "comm_tracks": np.flatnonzero(comm_track)}
+
+
+def _mark_cpu_compute(kind, name_codes, names, track_codes, comm_tracks) -> None:
+    """CPU-only traces: aten ops outside the backend's comm threads are compute.
+
+    All of them, not only leaves: on the CPU the BLAS call of ``aten::addmm``
+    runs in the op itself while its children are view ops (``aten::expand``,
+    ``aten::as_strided``), so leaves alone would miss most of the compute. The
+    analyses take unions, so nesting never counts twice. Wait ops were already
+    classified as ``sync``.
+    """
+    is_aten = classify.aten_mask(names)[name_codes]
+    cand = is_aten & (kind == KIND_CODE["cpu_op"]) & ~np.isin(track_codes, comm_tracks)
+    kind[cand] = KIND_CODE["compute"]
+
+
+def _launch_ts(kind, correlation, ts_ns, device_rows) -> np.ndarray:
+    """CPU launch time of each device event, through the runtime call's correlation id."""
+    launch = np.full(len(kind), NULL, np.int64)
+    rt = np.flatnonzero((kind == KIND_CODE["runtime"]) & (correlation != NULL))
+    if not len(rt) or not len(device_rows):
+        return launch
+    order = np.argsort(correlation[rt], kind="stable")
+    rt_corr, rt_ts = correlation[rt][order], ts_ns[rt][order]
+    dev = device_rows[correlation[device_rows] != NULL]
+    pos = np.searchsorted(rt_corr, correlation[dev])
+    pos_ok = pos < len(rt_corr)
+    hit = np.zeros(len(dev), dtype=bool)
+    hit[pos_ok] = rt_corr[pos[pos_ok]] == correlation[dev][pos_ok]
+    launch[dev[hit]] = rt_ts[pos[hit]]
+    return launch
+
+
+def _assign_steps(kind, name_codes, names, ts_ns, dur_ns, device_rows, launch_ts) -> np.ndarray:
+    """ProfilerStep number of each event: CPU events by time, device events by launch."""
+    step = np.full(len(kind), NULL, np.int64)
+    rows = np.flatnonzero(kind == KIND_CODE["step"])
+    if not len(rows):
+        return step
+    numbers = np.array([classify.step_number(names[name_codes[r]]) for r in rows], dtype=np.int64)
+    order = np.argsort(ts_ns[rows], kind="stable")
+    starts, ends, numbers = ts_ns[rows][order], (ts_ns + dur_ns)[rows][order], numbers[order]
+
+    def lookup(t: np.ndarray) -> np.ndarray:
+        idx = np.searchsorted(starts, t, side="right") - 1
+        ok = (idx >= 0) & (t < ends[np.maximum(idx, 0)])
+        return np.where(ok, numbers[np.maximum(idx, 0)], NULL)
+
+    when = ts_ns.copy()
+    has_launch = launch_ts != NULL
+    when[has_launch] = launch_ts[has_launch]  # device work belongs to the step that launched it
+    step[:] = lookup(when)
+    return step
+
+
+_NO_COLLECTIVES = {k: [] for k in ("event_id", "collective", "in_elems", "out_elems", "group_size", "dtype",
+                                   "pg_name", "pg_desc", "pg_ranks", "elements", "min_elements")}
+
+
+def _collectives_table(coll: dict) -> pa.Table:
+    elems = col.optional_ints(coll["elements"])
+    in_elems = col.optional_ints(coll["in_elems"])
+    out_elems = col.optional_ints(coll["out_elems"])
+    # Full buffer elements (nccl-tests "size"): the larger of input and output,
+    # else what the op's Input Dims give (gloo spans, c10d launches).
+    size = np.maximum(in_elems, out_elems)
+    size = np.where(size == NULL, elems, size)
+    sizes = [itemsize(d) for d in coll["dtype"]]
+    item = np.array([NULL if s is None else s for s in sizes], dtype=np.int64)
+    nbytes = np.where((size != NULL) & (item != NULL), size * np.where(item == NULL, 0, item), NULL)
+    dtype_codes, dtype_vals = col.optional_strs(coll["dtype"])
+    name_codes, name_vals = col.optional_strs(coll["collective"])
+    return pa.table({
+        "event_id": col.int64(np.array(coll["event_id"], dtype=np.int64)),
+        "collective": col.dictionary(name_codes, name_vals),
+        "in_elems": col.int64(in_elems),
+        "out_elems": col.int64(out_elems),
+        "elements": col.int64(size),
+        "min_elements": col.int64(col.optional_ints(coll["min_elements"])),
+        "dtype": col.dictionary(dtype_codes, dtype_vals),
+        "bytes": col.int64(nbytes),
+        "group_size": col.int64(col.optional_ints(coll["group_size"])),
+        "pg_name": col.strings([None if v is None else str(v) for v in coll["pg_name"]]),
+        "pg_desc": col.strings([None if v is None else str(v) for v in coll["pg_desc"]]),
+        "pg_ranks": col.strings(coll["pg_ranks"]),
+    })
+
+
+def _flows_table(flows: dict, track_keys: list) -> pa.Table:
+    """Flow events (full detail only; an empty table otherwise)."""
+    track_index = {k: i for i, k in enumerate(track_keys)}
+    ph_codes, ph_vals = col.intern(flows.get("ph", []))
+    cat_codes, cat_vals = col.intern(flows.get("cat", []))
+    return pa.table({
+        "flow_id": col.int64(col.optional_ints(flows.get("flow_id", []))),
+        "cat": col.dictionary(cat_codes, cat_vals),
+        "ph": col.dictionary(ph_codes, ph_vals),
+        "ts_ns": col.int64(flows.get("ts_ns", np.zeros(0, dtype=np.int64))),
+        "track_id": col.int64(np.array([track_index.get(k, NULL) for k in flows.get("keys", [])], dtype=np.int64)),
+    })
+
+
+def _memory_table(args_json, rows, ts_ns, track_codes) -> pa.Table:
+    margs = MEMORY_ARGS_DECODER.decode(args_json(rows)) if len(rows) else []
+    return pa.table({
+        "ts_ns": col.int64(ts_ns[rows]),
+        "track_id": col.int32(track_codes[rows]),
+        "device_type": col.int64(col.optional_ints([a.device_type for a in margs])),
+        "device_id": col.int64(col.optional_ints([a.device_id for a in margs])),
+        "bytes": col.int64(col.optional_ints([a.bytes for a in margs])),
+        "total_allocated_bytes": col.int64(col.optional_ints([a.total_allocated for a in margs])),
+        "total_reserved_bytes": col.int64(col.optional_ints([a.total_reserved for a in margs])),
+    })

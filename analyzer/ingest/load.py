@@ -1,0 +1,129 @@
+"""Load per-rank traces into a store: resolve inputs, decode ranks in parallel, insert.
+
+Ranks are decoded in worker processes (msgspec holds the GIL, so threads would
+not help); each worker reads its own file and sends back Arrow tables. Nothing
+is stored unless every file decodes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from overlapscope.analyzer.ingest.decode import DETAILS, RankData, decode_source
+from overlapscope.analyzer.errors import InputError
+from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource, resolve
+
+
+@dataclass
+class Loaded:
+    """A run in a store: the connection, its id, and the manifest if one came with it."""
+
+    con: object  # duckdb.DuckDBPyConnection
+    run_id: int
+    manifest: dict | None
+
+
+def _workers(n_files: int, workers: int | None) -> int:
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(n_files, workers or available))
+
+
+def _fork_is_safe() -> bool:
+    """Whether worker processes may be forked from this one.
+
+    Forking a process that runs other threads can deadlock the child (a lock
+    held by a thread that does not exist there). DuckDB starts native threads
+    when a connection opens, and the dashboard serves from threads; a fork
+    server or spawn would re-import the caller's main module, which Streamlit
+    and test runners do not allow. So: fork before DuckDB starts, else decode
+    in this process (the CLI opens its store after forking, see load()).
+    """
+    return sys.platform.startswith("linux") and "duckdb" not in sys.modules and threading.active_count() == 1
+
+
+def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | None = None,
+               while_waiting=None, on_decoded=None) -> list[RankData]:
+    """Decode every source; the first bad file stops the load with its error.
+
+    ``while_waiting`` runs in this process while the workers decode (opening
+    the store overlaps with parsing instead of following it); ``on_decoded(done,
+    total)`` is called as each file is decoded (a progress bar).
+    """
+    total = len(sources)
+    report = on_decoded or (lambda done, total: None)
+    n = _workers(total, workers) if _fork_is_safe() else 1
+    if n == 1:
+        ranks = []
+        for s in sources:
+            ranks.append(decode_source(s, detail))
+            report(len(ranks), total)
+        if while_waiting:
+            while_waiting()
+        return ranks
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(decode_source, s, detail) for s in sources]
+        if while_waiting:
+            while_waiting()
+        for done, f in enumerate(as_completed(futures), start=1):
+            if f.exception() is not None:
+                for p in futures:
+                    p.cancel()
+                raise f.exception()
+            report(done, total)
+        return [f.result() for f in futures]
+
+
+def check_ranks(ranks: list[RankData]) -> None:
+    """Two files may not claim one rank; world sizes must agree."""
+    seen: dict[int, str] = {}
+    for r in ranks:
+        rank, file = r.meta["rank"], r.meta["file"]
+        if rank in seen:
+            raise InputError(file, f"rank {rank} is also claimed by {seen[rank]}")
+        seen[rank] = file
+    sizes = {r.meta["world_size"] for r in ranks if r.meta["world_size"]}
+    if len(sizes) > 1:
+        first = ranks[0].meta
+        other = next(r.meta for r in ranks if r.meta["world_size"] != first["world_size"])
+        raise InputError(other["file"], f"world size {other['world_size']} differs from "
+                                        f"{first['world_size']} in {first['file']}")
+    for r in ranks:
+        ws = r.meta["world_size"]
+        if ws and not 0 <= r.meta["rank"] < ws:
+            raise InputError(r.meta["file"], f"rank {r.meta['rank']} is outside the world size {ws}")
+
+
+def load(paths: list[str], con=None, name: str | None = None, tags: dict | None = None,
+         detail: str = "full", workers: int | None = None, on_decoded=None, open_con=None) -> Loaded:
+    """Load traces into ``con`` (a new in-memory store when None) as one run.
+
+    ``detail`` (decode.DETAILS) chooses how much of each trace is kept: the
+    catalog keeps everything; one-shot commands keep what their analysis reads.
+    ``open_con`` opens the store instead (a catalog file) once the workers run:
+    an open DuckDB connection makes forking them unsafe.
+    """
+    inputs: Inputs = resolve(paths)
+    opened = {"con": con}
+
+    def open_store():  # duckdb is imported here, after the workers have forked
+        from overlapscope.analyzer.store import database as store
+
+        if opened["con"] is None:
+            opened["con"] = open_con() if open_con else store.connect()
+
+    if detail not in DETAILS:
+        raise ValueError(f"detail must be one of {DETAILS}")
+    ranks = decode_all(inputs.sources, detail=detail, workers=workers, while_waiting=open_store,
+                       on_decoded=on_decoded)
+    check_ranks(ranks)
+    ranks.sort(key=lambda r: r.meta["rank"])
+    from overlapscope.analyzer.store import database as store
+
+    con = opened["con"]
+    run_id = store.insert_run(con, ranks, name or " ".join(paths), " ".join(paths), inputs.manifest, tags)
+    return Loaded(con, run_id, inputs.manifest)

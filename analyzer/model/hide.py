@@ -1,0 +1,133 @@
+"""Compute time and the overlap condition: when does the communication hide?
+
+Pure functions, no I/O. Seed ``shared/seed/data-parallelism-zero-fsdp.txt``,
+section 3, "Proposition (tokens that hide the all-reduce)", and the worked
+example (section 4). Notation and units as in ``analyzer.model``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from overlapscope.analyzer.model.memory import GRAD_BYTES, WEIGHT_BYTES, check_count, check_positive, check_stage
+
+# --- compute -------------------------------------------------------------------------
+
+
+def forward_time_s(params: float, tokens: float, flops_per_s: float) -> float:
+    """Forward pass of one micro-batch: 2 Psi T / F seconds (attention scores ignored)."""
+    check_positive("params", params)
+    check_positive("tokens", tokens)
+    check_positive("flops_per_s", flops_per_s)
+    return 2 * params * tokens / flops_per_s
+
+
+def backward_time_s(params: float, tokens: float, flops_per_s: float) -> float:
+    """Backward pass of one micro-batch: 4 Psi T / F seconds."""
+    return 2 * forward_time_s(params, tokens, flops_per_s)
+
+
+def compute_time_s(params: float, tokens: float, flops_per_s: float) -> float:
+    """Forward plus backward of one micro-batch: 6 Psi T / F seconds."""
+    return 3 * forward_time_s(params, tokens, flops_per_s)
+
+
+# --- overlap: tokens that hide the communication ------------------------------------------
+
+
+def tokens_to_hide(
+    flops_per_s: float, bandwidth_bytes_per_s: float, gpus: int | None = None,
+    grad_bytes: float = GRAD_BYTES,
+) -> float:
+    """Tokens per GPU per micro-batch above which the DDP all-reduce hides (seed proposition).
+
+    T >= (grad_bytes / 2) F / W (N-1)/N: bf16 gives F/W (N-1)/N, fp32 reduction
+    doubles it. ``gpus=None`` gives the seed's large-N approximation F/W.
+    """
+    check_positive("flops_per_s", flops_per_s)
+    check_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s)
+    check_positive("grad_bytes", grad_bytes)
+    share = 1.0
+    if gpus is not None:
+        check_count("gpus", gpus)
+        share = (gpus - 1) / gpus
+    return grad_bytes / 2 * flops_per_s / bandwidth_bytes_per_s * share
+
+
+def stage_tokens_to_hide(
+    stage: str, flops_per_s: float, bandwidth_bytes_per_s: float, gpus: int | None = None,
+    grad_bytes: float = GRAD_BYTES, weight_bytes: float = WEIGHT_BYTES,
+) -> float:
+    """Tokens per GPU per micro-batch at which a stage's comm time equals its compute.
+
+    The comm is held against the compute that can hide it (seed section 3 and the
+    worked example, step 4):
+
+    - ddp: all-reduce of the gradients against the backward pass (4 Psi T / F);
+    - zero1, zero2: reduce-scatter of the gradients against the backward pass (the
+      worked example's "0.50 s, just under the 0.53 s backward"); the weight
+      all-gather after the optimizer step hides behind nothing and is left out;
+    - zero3: per phase, forward all-gather against the forward pass and backward
+      all-gather plus reduce-scatter against the backward pass; the worse phase
+      counts (with bf16 both equal F/W (N-1)/N);
+    - hsdp: not covered (two links, two bandwidths): ``ValueError``.
+    """
+    check_stage(stage)
+    check_positive("grad_bytes", grad_bytes)
+    check_positive("weight_bytes", weight_bytes)
+    base = tokens_to_hide(flops_per_s, bandwidth_bytes_per_s, gpus, grad_bytes=2)
+    if stage == "ddp":
+        return grad_bytes / 2 * base
+    if stage in ("zero1", "zero2"):
+        return grad_bytes / 4 * base
+    if stage == "zero3":
+        return max(weight_bytes / 2, (weight_bytes + grad_bytes) / 4) * base
+    raise ValueError("the overlap verdict covers ddp, zero1, zero2 and zero3, not hsdp")
+
+
+# Verdict thresholds on ratio = comm time / compute time that should hide it.
+# Each entry: (ratio upper bound, verdict, reason). Kept in this one place.
+VERDICT_THRESHOLDS = (
+    (0.8, "hidden",
+     "comm needs at most 80% of the compute that hides it; the 20% margin covers NCCL "
+     "kernels sharing SMs and memory with compute during overlap, bus bandwidth below "
+     "nccl-tests' idle figure, and latency"),
+    (1.0, "marginal",
+     "comm needs 80-100% of the compute that hides it: hidden on paper, exposed as soon "
+     "as bandwidth drops under overlap"),
+    (math.inf, "exposed",
+     "comm takes longer than the compute that should hide it, even on paper"),
+)
+
+
+@dataclass(frozen=True)
+class OverlapVerdict:
+    """Whether a stage's communication hides behind compute, by the seed's model."""
+
+    tokens_to_hide: float
+    """Tokens per GPU per micro-batch at which comm time equals compute time."""
+    ratio: float
+    """Comm time / compute time that should hide it (= tokens_to_hide / tokens)."""
+    verdict: str
+    """``hidden``, ``marginal`` or ``exposed`` (see ``VERDICT_THRESHOLDS``)."""
+    reason: str
+    """One sentence: why this verdict."""
+
+
+def overlap_verdict(
+    tokens: float, flops_per_s: float, bandwidth_bytes_per_s: float, gpus: int | None = None,
+    stage: str = "ddp", grad_bytes: float = GRAD_BYTES, weight_bytes: float = WEIGHT_BYTES,
+) -> OverlapVerdict:
+    """Verdict for ``tokens`` per GPU per micro-batch (see ``stage_tokens_to_hide``).
+
+    Psi cancels (seed proposition), so no parameter count is needed.
+    """
+    check_positive("tokens", tokens)
+    threshold = stage_tokens_to_hide(stage, flops_per_s, bandwidth_bytes_per_s, gpus,
+                                     grad_bytes, weight_bytes)
+    ratio = threshold / tokens
+    for bound, verdict, reason in VERDICT_THRESHOLDS:
+        if ratio <= bound:
+            return OverlapVerdict(threshold, ratio, verdict, reason)
+    raise AssertionError("unreachable: the last threshold is infinite")

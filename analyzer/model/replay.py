@@ -1,0 +1,340 @@
+"""Timeline replays that predict exposed communication: DDP buckets and FSDP units.
+
+Pure and deterministic: durations in, start/end/exposed times out, all in
+seconds from the start of the replayed pass. Seed sections "How DDP overlaps the
+all-reduce with the backward pass" and "How FSDP implements ZeRO-3".
+
+Shared assumptions (each function adds its own):
+
+- One compute lane: kernels of one GPU run one after the other.
+- One comm lane: collectives run one at a time, in the order they are issued
+  (one NCCL stream, or several streams sharing the same links). A collective
+  issued at ``t`` starts at ``max(t, end of the previous collective)``.
+- Comm running beside compute is not slowed down by it (no contention).
+- Exposed time of a collective = the part of its interval not covered by compute
+  (DESIGN "exposed comm"); collectives never overlap each other here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from overlapscope.analyzer.model.ring import collective_time_s
+
+# --- DDP buckets ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A DDP gradient bucket to replay."""
+
+    ready_s: float
+    """When its last gradient became ready, seconds after the backward pass starts."""
+    comm_s: float
+    """Predicted all-reduce time of the bucket (seconds)."""
+
+    def __post_init__(self):
+        if self.ready_s < 0 or self.comm_s < 0:
+            raise ValueError(f"bucket times must be >= 0, got {self}")
+
+
+@dataclass(frozen=True)
+class BucketSpan:
+    """Where a bucket's all-reduce lands in the replay."""
+
+    index: int
+    """Position in the launch order (0 = first launched)."""
+    ready_s: float
+    """When the bucket became ready (seconds)."""
+    start_s: float
+    """Launch: max(ready, end of the previous bucket) (seconds)."""
+    end_s: float
+    """start_s + comm_s (seconds)."""
+    exposed_s: float
+    """Part of [start_s, end_s] after the backward pass ends (seconds)."""
+
+    @property
+    def comm_s(self) -> float:
+        """All-reduce time (seconds)."""
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class DdpTimeline:
+    """Replay of one backward pass with bucketed all-reduces."""
+
+    buckets: tuple[BucketSpan, ...]
+    """One span per bucket, in launch order."""
+    backward_end_s: float
+    """When the backward compute ends (seconds)."""
+
+    @property
+    def end_s(self) -> float:
+        """When the step can go on to the optimizer: backward and all comm done (seconds)."""
+        return max([self.backward_end_s] + [b.end_s for b in self.buckets])
+
+    @property
+    def comm_s(self) -> float:
+        """Total all-reduce time (seconds)."""
+        return sum(b.comm_s for b in self.buckets)
+
+    @property
+    def exposed_s(self) -> float:
+        """Comm not hidden by the backward pass (seconds) = end_s - backward_end_s."""
+        return sum(b.exposed_s for b in self.buckets)
+
+    @property
+    def overlap_pct(self) -> float:
+        """100 x hidden comm / comm time (100 when there is no comm)."""
+        comm = self.comm_s
+        return 100.0 if comm == 0 else 100.0 * (comm - self.exposed_s) / comm
+
+
+def replay_ddp(buckets: Sequence[Bucket], backward_end_s: float) -> DdpTimeline:
+    """Replay bucketed all-reduces on one comm stream against a backward pass.
+
+    Assumptions: the backward pass keeps the compute lane busy from 0 to
+    ``backward_end_s``; buckets launch in the order given (DDP's fixed bucket
+    order, the same on every rank), each at max(its ready time, the previous
+    bucket's end). A bucket's exposed time is the part of its all-reduce after
+    ``backward_end_s``; with buckets that finish before the next one is ready,
+    only the last one is exposed (seed: "What stays exposed").
+    """
+    if backward_end_s < 0:
+        raise ValueError(f"backward_end_s must be >= 0, got {backward_end_s}")
+    spans, lane_free = [], 0.0
+    for index, bucket in enumerate(buckets):
+        start = max(bucket.ready_s, lane_free)
+        end = start + bucket.comm_s
+        exposed = max(0.0, end - max(start, backward_end_s))
+        spans.append(BucketSpan(index, bucket.ready_s, start, end, exposed))
+        lane_free = end
+    return DdpTimeline(tuple(spans), backward_end_s)
+
+
+def uniform_ddp_buckets(
+    total_grad_bytes: float,
+    bucket_cap_bytes: float,
+    backward_s: float,
+    gpus: int,
+    busbw_bytes_per_s: float,
+    latency_s: float = 0.0,
+) -> list[Bucket]:
+    """Buckets of a backward pass that produces gradient bytes at a uniform rate.
+
+    Buckets of ``bucket_cap_bytes`` (the last one holds the rest) fill in order;
+    a bucket is ready when the backward pass has produced all of its bytes, so the
+    last bucket is ready when the backward pass ends. Each bucket's all-reduce
+    takes ``collective_time_s('all_reduce', size, gpus, busbw, latency_s)``.
+    The seed's DDP figure uses this model (uniform layers, 25 MB buckets).
+    """
+    if total_grad_bytes <= 0 or bucket_cap_bytes <= 0 or backward_s < 0:
+        raise ValueError("gradient bytes and bucket size must be > 0, backward time >= 0")
+    buckets, filled = [], 0.0
+    while filled < total_grad_bytes:
+        size = min(bucket_cap_bytes, total_grad_bytes - filled)
+        filled += size
+        ready = backward_s * filled / total_grad_bytes
+        comm = collective_time_s("all_reduce", size, gpus, busbw_bytes_per_s, latency_s)
+        buckets.append(Bucket(ready, comm))
+    return buckets
+
+
+# --- FSDP units ------------------------------------------------------------------------
+
+COMPUTE_PHASES = ("forward", "backward")
+COMM_PHASES = ("forward_allgather", "backward_allgather", "reduce_scatter")
+
+
+@dataclass(frozen=True)
+class FsdpUnit:
+    """One FSDP unit (usually one transformer block) to replay."""
+
+    name: str
+    """Label used in the output (e.g. ``layers.3``)."""
+    forward_s: float
+    """Forward compute of the unit (seconds)."""
+    backward_s: float
+    """Backward compute of the unit (seconds)."""
+    allgather_s: float
+    """All-gather of its parameters (seconds), the same in forward and backward."""
+    reduce_scatter_s: float
+    """Reduce-scatter of its gradients (seconds)."""
+
+    def __post_init__(self):
+        if min(self.forward_s, self.backward_s, self.allgather_s, self.reduce_scatter_s) < 0:
+            raise ValueError(f"unit times must be >= 0, got {self}")
+
+
+@dataclass(frozen=True)
+class FsdpOptions:
+    """FSDP settings the replay honours."""
+
+    forward_prefetch: bool = True
+    """Issue the next units' forward all-gathers when the current unit's compute starts."""
+    backward_prefetch: bool = True
+    """Issue the next units' backward all-gathers when the current unit's backward
+    starts, so they queue before its reduce-scatter (FSDP1 BACKWARD_PRE)."""
+    prefetch_limit: int = 1
+    """How many units ahead may be gathered (FSDP keeps this at one or two)."""
+    reshard_after_forward: bool = True
+    """False keeps the full weights from forward to backward: no backward all-gathers."""
+
+    def __post_init__(self):
+        if not isinstance(self.prefetch_limit, int) or self.prefetch_limit < 1:
+            raise ValueError(f"prefetch_limit must be a positive integer, got {self.prefetch_limit}")
+
+
+@dataclass(frozen=True)
+class FsdpSpan:
+    """One compute or comm interval of the FSDP replay."""
+
+    unit: str
+    """The unit's name."""
+    phase: str
+    """``forward``, ``backward`` (compute) or ``forward_allgather``,
+    ``backward_allgather``, ``reduce_scatter`` (comm, DESIGN phase names)."""
+    start_s: float
+    """Start (seconds from the step start)."""
+    end_s: float
+    """End (seconds)."""
+    exposed_s: float
+    """Comm only: the part not covered by compute (seconds); 0 for compute."""
+
+    @property
+    def is_comm(self) -> bool:
+        """True for collectives."""
+        return self.phase in COMM_PHASES
+
+    @property
+    def dur_s(self) -> float:
+        """Length (seconds)."""
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class FsdpTimeline:
+    """Replay of one FSDP forward and backward pass (the optimizer step is not included)."""
+
+    spans: tuple[FsdpSpan, ...]
+    """Compute and comm spans in the order they were issued."""
+
+    @property
+    def step_s(self) -> float:
+        """Time until the last compute or collective ends (seconds)."""
+        return max((s.end_s for s in self.spans), default=0.0)
+
+    @property
+    def compute_s(self) -> float:
+        """Total compute time (seconds)."""
+        return sum(s.dur_s for s in self.spans if not s.is_comm)
+
+    @property
+    def comm_s(self) -> float:
+        """Total comm time (seconds)."""
+        return sum(s.dur_s for s in self.spans if s.is_comm)
+
+    @property
+    def exposed_s(self) -> float:
+        """Comm not covered by compute (seconds)."""
+        return sum(s.exposed_s for s in self.spans)
+
+    def phase(self, phase: str) -> list[FsdpSpan]:
+        """The spans of one phase, in issue order."""
+        return [s for s in self.spans if s.phase == phase]
+
+
+class _Lanes:
+    """Compute lane and comm lane of the replay; records the spans."""
+
+    def __init__(self):
+        self.compute_free = 0.0
+        self.comm_free = 0.0
+        self.compute: list[tuple[str, str, float, float]] = []
+        self.comm: list[tuple[str, str, float, float]] = []
+        self.order: list[tuple[str, int]] = []
+
+    def issue(self, unit: str, phase: str, at_s: float, dur_s: float) -> float:
+        """Queue a collective issued at ``at_s``; returns its end."""
+        start = max(at_s, self.comm_free)
+        self.comm_free = start + dur_s
+        self.order.append(("comm", len(self.comm)))
+        self.comm.append((unit, phase, start, self.comm_free))
+        return self.comm_free
+
+    def run(self, unit: str, phase: str, ready_s: float, dur_s: float) -> tuple[float, float]:
+        """Run compute once the lane is free and its input is ready; returns (start, end)."""
+        start = max(ready_s, self.compute_free)
+        self.compute_free = start + dur_s
+        self.order.append(("compute", len(self.compute)))
+        self.compute.append((unit, phase, start, self.compute_free))
+        return start, self.compute_free
+
+    def timeline(self) -> FsdpTimeline:
+        covers = [(s, e) for _, _, s, e in self.compute]
+        spans = []
+        for lane, i in self.order:
+            unit, phase, s, e = (self.comm if lane == "comm" else self.compute)[i]
+            exposed = _uncovered_s(s, e, covers) if lane == "comm" else 0.0
+            spans.append(FsdpSpan(unit, phase, s, e, exposed))
+        return FsdpTimeline(tuple(spans))
+
+
+def _uncovered_s(start: float, end: float, covers: list[tuple[float, float]]) -> float:
+    """Length of [start, end] minus the disjoint intervals ``covers`` (seconds)."""
+    covered = sum(max(0.0, min(end, e) - max(start, s)) for s, e in covers)
+    return max(0.0, (end - start) - covered)
+
+
+def _pass(lanes: _Lanes, units: Sequence[FsdpUnit], compute: str, gather: str | None,
+          prefetch: bool, limit: int, with_reduce_scatter: bool) -> None:
+    """Replay one pass over ``units`` in the given order.
+
+    Before a unit's compute its all-gather is issued if not yet issued (the
+    pre-hook, at the previous compute's end); with prefetch, when a unit's
+    compute starts, the all-gathers of the next ``limit`` units are issued.
+    After a unit's backward compute its reduce-scatter is issued.
+    """
+    gathered: dict[int, float] = {}  # unit position -> all-gather end
+
+    def gather_unit(i: int, at_s: float) -> None:
+        if gather is not None and i < len(units) and i not in gathered:
+            gathered[i] = lanes.issue(units[i].name, gather, at_s, units[i].allgather_s)
+
+    for i, unit in enumerate(units):
+        gather_unit(i, lanes.compute_free)
+        dur = unit.forward_s if compute == "forward" else unit.backward_s
+        start, end = lanes.run(unit.name, compute, gathered.get(i, 0.0), dur)
+        if prefetch:
+            for ahead in range(i + 1, i + 1 + limit):
+                gather_unit(ahead, start)
+        if with_reduce_scatter:
+            lanes.issue(unit.name, "reduce_scatter", end, unit.reduce_scatter_s)
+
+
+def replay_fsdp(units: Sequence[FsdpUnit], options: FsdpOptions = FsdpOptions()) -> FsdpTimeline:
+    """Replay the forward and backward pass of FSDP units (seed figure on FSDP).
+
+    Forward in the given order, each unit's compute after its all-gather:
+    without prefetch the all-gather of unit i is issued when unit i-1's compute
+    ends, so compute waits for every gather; with prefetch the gathers of the
+    next ``prefetch_limit`` units are issued when unit i's compute starts. The
+    first unit's gather is issued at 0 and is always exposed.
+
+    Backward in reverse order, starting when the forward compute ends; each
+    unit's backward needs its all-gather again (unless
+    ``reshard_after_forward=False``, which drops those gathers) and issues its
+    reduce-scatter when its compute ends. Prefetched gathers are issued at the
+    unit's backward start, so they queue ahead of its reduce-scatter; without
+    prefetch a gather queues behind the previous unit's reduce-scatter. The step
+    ends with the last reduce-scatter.
+    """
+    lanes = _Lanes()
+    limit = options.prefetch_limit
+    _pass(lanes, list(units), "forward", "forward_allgather",
+          options.forward_prefetch, limit, with_reduce_scatter=False)
+    back_gather = "backward_allgather" if options.reshard_after_forward else None
+    _pass(lanes, list(reversed(units)), "backward", back_gather,
+          options.backward_prefetch, limit, with_reduce_scatter=True)
+    return lanes.timeline()

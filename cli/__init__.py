@@ -1,0 +1,50 @@
+"""The ``overlapscope`` command: a thin layer over the analyzer's functions.
+
+Each subcommand lives in its own module and exposes ``add_parser(subparsers)``;
+the parser's ``func`` takes the parsed arguments and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from overlapscope.analyzer.errors import InputError, UsageError
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from overlapscope.cli import analyze as cli_analyze, buckets as cli_buckets, catalog as cli_catalog, dashboard as cli_dashboard, diagnose as cli_diagnose, model as cli_model
+
+    parser = argparse.ArgumentParser(
+        prog="overlapscope",
+        description="How much of your data-parallel communication is exposed, where, and why.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in (cli_analyze, cli_buckets, cli_diagnose, cli_model, cli_catalog, cli_dashboard):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (InputError, UsageError) as err:
+        if args.debug:
+            raise
+        print(f"overlapscope: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as err:  # an unexpected failure still gets one line without --debug
+        if args.debug:
+            raise
+        print(f"overlapscope: internal error: {type(err).__name__}: {err} (rerun with --debug)", file=sys.stderr)
+        return 1
+

@@ -1,0 +1,63 @@
+"""``overlapscope buckets PATH...``: which bucket, unit and phase the exposed comm is in."""
+
+from __future__ import annotations
+
+
+from overlapscope.analyzer.api import buckets, buckets_run
+from overlapscope.cli.common import add_source_arguments, emit, stored_run
+from overlapscope.cli.tables import table
+
+SUMMARY_COLUMNS = [
+    ("kind", "kind"), ("id", "id"), ("phase", "phase"), ("count", "n"), ("bytes", "bytes"),
+    ("comm_ms", "comm_ms"), ("exposed_ms", "exposed_ms"), ("busbw_gbps", "busbw_GB/s"),
+    ("predicted_comm_ms", "pred_comm_ms"), ("predicted_exposed_ms", "pred_exposed_ms"), ("inferred", "inferred"),
+]
+STEP_COLUMNS = [
+    ("rank", "rank"), ("step", "step"), ("comm_ms", "comm_ms"), ("exposed_comm_ms", "exposed_ms"),
+    ("predicted_comm_ms", "pred_comm_ms"), ("predicted_exposed_ms", "pred_exposed_ms"),
+]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("buckets", help="per bucket / unit / phase: comm, exposed, bytes, bus bandwidth, predicted",
+                       description="Attribute every collective to its DDP bucket or FSDP unit and phase, "
+                                   "and put the seed's model (F, W, T) beside the measurement.")
+    add_source_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON (collectives, summary, steps, model, ...)")
+    p.add_argument("--tokens", type=float, default=None,
+                   help="tokens per GPU per micro-batch (default: the tracer manifest's tokens_per_microbatch)")
+    p.set_defaults(func=run)
+
+
+def _print_text(result: dict) -> None:
+    run = result["run"]
+    print(f"run: {run['name']} (world size {run['world_size']}, {run['backend'] or '?'}, "
+          f"{run['parallelism'] or 'parallelism from the trace'})")
+    print()
+    print("per bucket / unit / phase (means over ranks and steps; most exposed first)")
+    print(table([{**s, "id": s["id"] if s["id"] != "" else "<root>"} for s in result["summary"]], SUMMARY_COLUMNS))
+    print()
+    print(table(result["steps"], STEP_COLUMNS))
+    m = result["measured"]
+    print()
+    f, w = m["flops_per_s"], m["bus_bandwidth_bytes_per_s"]
+    print(f"F = {f / 1e12:.4g} TFLOP/s ({m['flops_source']})" if f else "F = unknown (no FLOP counts, no calibration)")
+    print(f"W = {w / 1e9:.4g} GB/s bus bandwidth ({m['bandwidth_source']})" if w else "W = unknown")
+    if result["model"]:
+        first = result["model"][0]
+        if first["verdict"]:
+            print(f"model: {first['stage']}, {first['tokens']:.0f} tokens per micro-batch against "
+                  f"{first['tokens_to_hide']:.0f} needed to hide the comm: {first['verdict']}")
+        else:
+            print(f"model: {first['reason']}")
+        if first.get("caveat"):
+            print(f"note: {first['caveat']}")
+    if any(s["inferred"] for s in result["summary"]):
+        print("inferred: buckets or units read from the order of the collectives (no annotations in the trace)")
+
+
+def run(args) -> int:
+    stored = stored_run(args)
+    result = (buckets_run(*stored, tokens=args.tokens) if stored
+              else buckets(args.paths, workers=args.workers, tokens=args.tokens))
+    return emit(result, args.json, _print_text)

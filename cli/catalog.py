@@ -1,0 +1,74 @@
+"""``overlapscope ingest`` and ``overlapscope history``: runs in the catalog."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.cli.tables import table
+
+HISTORY_COLUMNS = [
+    ("run_id", "id"), ("name", "name"), ("created_at", "created (UTC)"), ("ranks", "ranks"),
+    ("parallelism", "parallelism"), ("step_ms", "step_ms"), ("exposed_comm_ms", "exposed_ms"),
+    ("overlap_pct", "overlap_%"),
+]
+
+
+def _tags(pairs: list[str]) -> dict:
+    tags = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--tag wants KEY=VALUE, got {pair!r}")
+        tags[key] = value
+    return tags
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("ingest", help="store a run in the catalog",
+                       description="Store per-rank traces as one run in the catalog (all of it or nothing).")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("--run", required=True, metavar="NAME", help="the run's name (runs may share a name)")
+    p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="a tag (repeatable)")
+    p.add_argument("--db", metavar="FILE", help="the catalog file (default: $OVERLAPSCOPE_DB or the user data dir)")
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_ingest)
+
+    h = sub.add_parser("history", help="runs over time with their headline metrics")
+    h.add_argument("--run", metavar="NAME", help="only runs of this name")
+    h.add_argument("--db", metavar="FILE")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(func=run_history)
+
+
+def run_ingest(args) -> int:
+    opened = []
+
+    def open_con():  # after the decode workers have forked
+        opened.append(catalog.open_catalog(args.db))
+        return opened[0]
+
+    run_id = catalog.ingest(None, args.paths, args.run, _tags(args.tag), workers=args.workers, open_con=open_con)
+    row = catalog.runs(opened[0], args.run)[0]
+    if args.json:
+        json.dump({"run_id": run_id, "name": args.run, **{k: row[k] for k in ("step_ms", "exposed_comm_ms",
+                                                                              "overlap_pct")}}, sys.stdout)
+        print()
+    else:
+        print(f"stored run {run_id} ({args.run}): step {row['step_ms']:.2f} ms, "
+              f"exposed comm {row['exposed_comm_ms']:.2f} ms per step (worst rank), overlap {row['overlap_pct'] or 0:.1f}%")
+    return 0
+
+
+def run_history(args) -> int:
+    con = catalog.open_catalog(args.db, read_only=True) if args.db or catalog.default_path().exists() else None
+    rows = catalog.runs(con, args.run) if con is not None else []
+    if args.json:
+        json.dump({"runs": rows}, sys.stdout, default=str, indent=2)
+        print()
+    else:
+        print(table(rows, HISTORY_COLUMNS) if rows else "no runs in the catalog")
+    return 0

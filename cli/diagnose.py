@@ -1,0 +1,45 @@
+"""``overlapscope diagnose PATH...``: the checklist, with evidence from this trace."""
+
+from __future__ import annotations
+
+import textwrap
+
+from overlapscope.analyzer.api import diagnose, diagnose_run
+from overlapscope.cli.common import add_source_arguments, emit, stored_run
+
+MARK = {"fail": "FAIL", "warn": "WARN", "pass": "pass", "n/a": " n/a"}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("diagnose", help="the checklist: one finding per rule, with evidence and a fix",
+                       description="Why is my data-parallel run slow: every rule of the checklist evaluated on "
+                                   "the trace, failed ones first.")
+    add_source_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON (run, findings, thresholds)")
+    p.add_argument("--tokens", type=float, default=None,
+                   help="tokens per GPU per micro-batch (default: the tracer manifest's tokens_per_microbatch)")
+    p.add_argument("--all", action="store_true", help="also print the evidence of passed and n/a rules")
+    p.set_defaults(func=run)
+
+
+def _print_text(result: dict, show_all: bool) -> None:
+    run = result["run"]
+    print(f"run: {run['name']} (world size {run['world_size']}, {run['backend'] or '?'})")
+    print()
+    for f in result["findings"]:
+        print(f"{MARK[f['status']]}  {f['id']:26} {f['title']}")
+        if f["status"] in ("fail", "warn") or show_all:
+            for label, text in (("evidence", f["evidence"]), ("fix", f["fix"])):
+                body = textwrap.fill(text, width=100, initial_indent=f"      {label}: ",
+                                     subsequent_indent=" " * (8 + len(label)))
+                print(body)
+    counts = {s: sum(f["status"] == s for f in result["findings"]) for s in MARK}
+    print()
+    print(f"{counts['fail']} fail, {counts['warn']} warn, {counts['pass']} pass, {counts['n/a']} n/a")
+
+
+def run(args) -> int:
+    stored = stored_run(args)
+    result = (diagnose_run(*stored, tokens=args.tokens) if stored
+              else diagnose(args.paths, workers=args.workers, tokens=args.tokens))
+    return emit(result, args.json, lambda r: _print_text(r, args.all))
