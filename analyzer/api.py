@@ -1,26 +1,34 @@
-"""The library calls behind the CLI commands: paths in, JSON-ready dicts out."""
+"""The library calls behind the CLI commands: paths in, JSON-ready dicts out.
+
+Each command has two forms: from trace paths (loaded into an in-memory store
+with only what its analysis reads) and ``*_run`` for a run already in a store
+(the catalog, the dashboard). Nothing here imports duckdb: a load forks its
+decode workers before the store opens.
+"""
 
 from __future__ import annotations
 
+from overlapscope.analyzer import checklist
+from overlapscope.analyzer.headline import failed, headline
 from overlapscope.analyzer.ingest.load import load
+from overlapscope.analyzer.measure import overlap
+from overlapscope.analyzer.predict import buckets as buckets_report
+from overlapscope.analyzer.store.runinfo import run_info
 
 
 def analyze(paths: list[str], workers: int | None = None) -> dict:
     """Per-rank and per-step compute, comm, exposed comm, overlap % and idle time.
 
-    Loads the traces into an in-memory store (only what the analysis reads) and
-    returns ``{"run": {...}, "ranks": [...], "steps": [...]}`` with times in ms.
+    Returns ``{"run", "headline", "ranks", "steps"}`` with times in ms.
     """
     loaded = load(paths, detail="overlap", workers=workers)
     return analyze_run(loaded.con, loaded.run_id)
 
 
 def analyze_run(con, run_id: int) -> dict:
-    """``analyze`` for a run already in a store (the catalog, the dashboard)."""
-    from overlapscope.analyzer.measure import overlap
-    from overlapscope.analyzer.store import runinfo  # imports duckdb: after load() has forked its workers
-
-    return {"run": runinfo.describe(con, run_id), **overlap.compute(con, run_id)}
+    """``analyze`` for a run already in a store."""
+    result = overlap.compute(con, run_id)
+    return {"run": run_info(con, run_id).describe(), "headline": headline(result), **result}
 
 
 def buckets(paths: list[str], workers: int | None = None, tokens: float | None = None) -> dict:
@@ -34,10 +42,8 @@ def buckets(paths: list[str], workers: int | None = None, tokens: float | None =
 
 
 def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
-    from overlapscope.analyzer.predict import buckets as buckets_analysis
-    from overlapscope.analyzer.store import runinfo
-
-    return {"run": runinfo.describe(con, run_id), **buckets_analysis.compute(con, run_id, tokens)}
+    a = buckets_report.analysis(con, run_id, tokens)
+    return {"run": a.info.describe(), **buckets_report.report(a)}
 
 
 def diagnose(paths: list[str], workers: int | None = None, tokens: float | None = None) -> dict:
@@ -47,7 +53,7 @@ def diagnose(paths: list[str], workers: int | None = None, tokens: float | None 
 
 
 def diagnose_run(con, run_id: int, tokens: float | None = None) -> dict:
-    from overlapscope.analyzer.checklist import findings as diagnose_analysis
-    from overlapscope.analyzer.store import runinfo
-
-    return {"run": runinfo.describe(con, run_id), **diagnose_analysis.compute(con, run_id, tokens)}
+    """``diagnose`` for a run already in a store; its headline names the failed rules."""
+    a = buckets_report.analysis(con, run_id, tokens)
+    result = checklist.diagnose(con, a)
+    return {"run": a.info.describe(), "headline": headline(a.overlap, failed(result["findings"])), **result}

@@ -125,8 +125,8 @@ def timeline_size() -> dict:
     con = catalog.open_catalog(DB, read_only=True)
     run_id = catalog.resolve_run(con, "bench/8-ranks")
     result = api.analyze_run(con, run_id)
-    step = shape.slowest_step(result["steps"])["step"]
-    tl = timeline.timeline(con, run_id, step, shape.default_ranks(result["ranks"]))
+    step = result["headline"]["slowest_step"]["step"]
+    tl = timeline.timeline(con, run_id, step, shape.default_ranks(result["ranks"], result["headline"]["slowest_rank"]))
     all_ranks = timeline.timeline(con, run_id, step)
     con.close()
     return {"default": (len(tl["ranks"]), tl["raw_marks"], tl["drawn_marks"]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from overlapscope.analyzer.api import analyze, analyze_run
-from overlapscope.cli.common import add_source_arguments, emit, stored_run
+from overlapscope.cli.common import add_source_arguments, describe, emit, stored_run
 from overlapscope.cli.tables import table
 
 RANK_COLUMNS = [
@@ -33,6 +33,7 @@ def _print_text(result: dict) -> None:
     print(f"run: {run['name']}")
     print(f"world size {run['world_size']}, backend {run['backend'] or '?'}, "
           f"devices {', '.join(run['devices']) or '?'}, ranks loaded {len(run['ranks_loaded'])}")
+    print(f"headline: {describe(result['headline'])}")
     print()
     print("per rank (all profiled events; step_ms is the median step)")
     print(table(result["ranks"], RANK_COLUMNS))

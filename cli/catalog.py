@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.errors import UsageError
+from overlapscope.cli.common import describe, emit
 from overlapscope.cli.tables import table
 
 HISTORY_COLUMNS = [
@@ -52,23 +50,14 @@ def run_ingest(args) -> int:
         return opened[0]
 
     run_id = catalog.ingest(None, args.paths, args.run, _tags(args.tag), workers=args.workers, open_con=open_con)
-    row = catalog.runs(opened[0], args.run)[0]
-    if args.json:
-        json.dump({"run_id": run_id, "name": args.run, **{k: row[k] for k in ("step_ms", "exposed_comm_ms",
-                                                                              "overlap_pct")}}, sys.stdout)
-        print()
-    else:
-        print(f"stored run {run_id} ({args.run}): step {row['step_ms']:.2f} ms, "
-              f"exposed comm {row['exposed_comm_ms']:.2f} ms per step (worst rank), overlap {row['overlap_pct'] or 0:.1f}%")
-    return 0
+    row = next(r for r in catalog.runs(opened[0], args.run) if r["run_id"] == run_id)
+    result = {"run_id": run_id, "name": args.run, **{k: row[k] for k in catalog.HISTORY_FIGURES},
+              "headline": row["headline"]}
+    return emit(result, args.json, lambda r: print(f"stored run {run_id} ({args.run}): {describe(r['headline'])}"))
 
 
 def run_history(args) -> int:
     con = catalog.open_catalog(args.db, read_only=True) if args.db or catalog.default_path().exists() else None
     rows = catalog.runs(con, args.run) if con is not None else []
-    if args.json:
-        json.dump({"runs": rows}, sys.stdout, default=str, indent=2)
-        print()
-    else:
-        print(table(rows, HISTORY_COLUMNS) if rows else "no runs in the catalog")
-    return 0
+    return emit({"runs": rows}, args.json,
+                lambda r: print(table(r["runs"], HISTORY_COLUMNS) if r["runs"] else "no runs in the catalog"))

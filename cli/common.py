@@ -26,14 +26,33 @@ def stored_run(args):
     return con, catalog.resolve_run(con, args.run)
 
 
+def to_json(result) -> bytes:
+    """The JSON of a result (msgspec: structs, datetimes as ISO 8601, NaN as null), indented."""
+    import msgspec
+
+    return msgspec.json.format(msgspec.json.encode(result), indent=2)
+
+
 def emit(result: dict, as_json: bool, print_text) -> int:
     """Print a result as JSON (the contract) or as the command's readable text."""
-    import json
     import sys
 
     if as_json:
-        json.dump(result, sys.stdout, indent=2)
-        print()
+        sys.stdout.flush()
+        sys.stdout.buffer.write(to_json(result) + b"\n")
+        sys.stdout.flush()
     else:
         print_text(result)
     return 0
+
+
+def _fmt(value, unit: str) -> str:
+    return "-" if value is None else f"{value:,.2f} {unit}"
+
+
+def describe(head: dict) -> str:
+    """A headline in one line of words."""
+    return (f"step {_fmt(head['step_ms'], 'ms')}, exposed comm {_fmt(head['exposed_comm_ms'], 'ms')} "
+            f"({_fmt(head['exposed_pct'], '%')} of the step), overlap {_fmt(head['overlap_pct'], '%')}; "
+            f"{head['aggregation']} (rank {head['slowest_rank']})")
+

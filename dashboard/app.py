@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from overlapscope.analyzer.errors import CatalogBusy
 from overlapscope.dashboard import context, data
 from overlapscope.dashboard.settings import from_env
 
@@ -41,9 +42,12 @@ def main() -> None:
         _prepared(settings.db, settings.load_samples, str(settings.samples_dir))
         context.build(settings)
         nav.run()
-    except data.CatalogBusy as err:
+    except CatalogBusy as err:
         st.warning(f"{err}")
         st.button("Retry")
 
 
-main()
+# Streamlit runs this file as __main__; a process spawned from the same interpreter
+# (multiprocessing's spawn) imports it as __mp_main__ and must not start a page.
+if __name__ == "__main__":
+    main()

@@ -22,17 +22,14 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 
-from overlapscope.analyzer import api
-from overlapscope.analyzer.store import catalog, runfacts
-from overlapscope.analyzer.measure import timeline as timeline_analysis
-from overlapscope.analyzer import errors
+from overlapscope.analyzer import api, sql
+from overlapscope.analyzer.errors import CatalogBusy  # also what a page shows after WAIT_S
+from overlapscope.analyzer.measure import collectives, timeline as timeline_analysis
+from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer.store.runinfo import run_info
 
 WAIT_S = 10.0  # how long a page waits for a catalog another process is writing
 RETRY_S = 0.2
-
-
-class CatalogBusy(Exception):
-    """The catalog is locked by another process (an ingest) for longer than ``WAIT_S``."""
 
 
 class _ReadWriteLock:
@@ -78,7 +75,7 @@ def _open(db: str, write: bool, wait_s: float):
     while True:
         try:
             return catalog.open_catalog(db, read_only=not write)
-        except (duckdb.IOException, errors.CatalogBusy):  # another process holds the file
+        except (duckdb.IOException, CatalogBusy):  # another process holds the file
             if time.monotonic() > deadline:
                 raise CatalogBusy(f"{db}: the catalog is in use by another process "
                                   "(an ingest?); try again in a moment") from None
@@ -109,7 +106,7 @@ def prepare_catalog(db: str, load_samples: bool, samples_dir: str | None = None)
     """
     if Path(db).exists():
         with connect(db) as con:
-            if con.execute("SELECT count(*) FROM runs").fetchone()[0] or not load_samples:
+            if sql.one(con, "catalog.count")[0] or not load_samples:
                 return []
     with connect(db, write=True) as con:
         if not load_samples:
@@ -133,11 +130,9 @@ def stamp(run: dict) -> str:
 def _core(db: str, run_id: int, run_stamp: str) -> dict:
     """``analyze_run`` and the per-collective attribution, on one connection so that
     the attribution reuses the overlap tables the analysis just built."""
-    from overlapscope.analyzer.measure import collectives
-
     with connect(db) as con:
         result = api.analyze_run(con, run_id)
-        return {"analysis": result, "attribution": collectives.compute(con, run_id, overlap_done=True)}
+        return {"analysis": result, "attribution": collectives.compute(con, run_info(con, run_id))}
 
 
 def analysis(db: str, run_id: int, run_stamp: str) -> dict:
@@ -145,7 +140,7 @@ def analysis(db: str, run_id: int, run_stamp: str) -> dict:
     return _core(db, run_id, run_stamp)["analysis"]
 
 
-def attribution(db: str, run_id: int, run_stamp: str) -> list[dict]:
+def attribution(db: str, run_id: int, run_stamp: str) -> list[collectives.Collective]:
     """``collectives.compute``: bucket or unit, phase, bytes and exposed time of each collective."""
     return _core(db, run_id, run_stamp)["attribution"]
 
@@ -160,17 +155,15 @@ def buckets(db: str, run_id: int, run_stamp: str) -> dict:
 @st.cache_data(show_spinner="Running the checklist...", max_entries=32)
 def diagnosis(db: str, run_id: int, run_stamp: str) -> dict:
     """``diagnose_run``: the checklist findings, failed first."""
-    from overlapscope.analyzer.api import diagnose_run
-
     with connect(db) as con:
-        return diagnose_run(con, run_id)
+        return api.diagnose_run(con, run_id)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def facts(db: str, run_id: int, run_stamp: str) -> dict:
-    """Parameters, tokens and device memory of the run (``runfacts.facts``)."""
+    """Parameters, tokens and device memory of the run (``RunInfo.facts``)."""
     with connect(db) as con:
-        return runfacts.facts(con, run_id)
+        return run_info(con, run_id).facts()
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

@@ -9,12 +9,10 @@ import math
 import statistics
 from collections import defaultdict
 
-from overlapscope.analyzer.model import memory as seed_model
-from overlapscope.analyzer.model import hide as model_overlap
-
-# The seed's backward share of one micro-batch's compute: 4 Psi T of 6 Psi T FLOPs.
-BACKWARD_SHARE = 2 / 3
-STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "n/a": 3}
+from overlapscope.analyzer.checklist.findings import STATUS_ORDER
+from overlapscope.analyzer.model import hide, memory
+from overlapscope.analyzer.model.hide import BACKWARD_SHARE
+from overlapscope.analyzer.units import pct as _pct
 # Material icons ship with Streamlit's frontend (emoji need a system font).
 STATUS_ICON = {"fail": ":material/cancel:", "warn": ":material/warning:", "pass": ":material/check_circle:",
                "n/a": ":material/remove_circle_outline:"}
@@ -24,10 +22,6 @@ MEMORY_STAGES = ("ddp", "zero1", "zero2", "zero3")
 def _mean(values) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.fmean(values) if values else None
-
-
-def _pct(hidden: float | None, total: float | None) -> float | None:
-    return round(100.0 * hidden / total, 2) if total else None
 
 
 # --- overview ----------------------------------------------------------------------
@@ -54,44 +48,12 @@ def rank_means(steps: list[dict]) -> list[dict]:
     return out
 
 
-def slowest_step(steps: list[dict]) -> dict | None:
-    """The (rank, step) with the longest step; ties go to the more exposed comm."""
-    timed = [s for s in steps if s["step_ms"] is not None]
-    return max(timed, key=lambda s: (s["step_ms"], s["exposed_comm_ms"] or 0)) if timed else None
-
-
-def slowest_rank(ranks: list[dict]) -> dict | None:
-    """The rank with the longest median step; ties (and step-less ranks) by exposed comm."""
-    if not ranks:
-        return None
-    return max(ranks, key=lambda r: (r["step_ms"] or 0, r["exposed_comm_ms"] or 0))
-
-
-def headline(result: dict) -> dict:
-    """The overview's figures: worst step, worst exposed comm, mean overlap and idle."""
-    ranks = result["ranks"]
-    worst = slowest_rank(ranks)
-    # Exposed comm beside the step time is per step too: the worst rank's median step
-    # (the whole-trace figure when the trace has no ProfilerStep windows).
-    per_step = sorted(s["exposed_comm_ms"] for s in result.get("steps", [])
-                      if worst and s["rank"] == worst["rank"] and s["exposed_comm_ms"] is not None)
-    whole = max((r["exposed_comm_ms"] for r in ranks if r["exposed_comm_ms"] is not None), default=None)
-    return {
-        "ranks": len(ranks),
-        "steps": max((r["steps"] for r in ranks), default=0),
-        "step_ms": worst["step_ms"] if worst else None,
-        "slowest_rank": worst["rank"] if worst else None,
-        "exposed_comm_ms": per_step[len(per_step) // 2] if per_step else whole,
-        "overlap_pct": _mean(r["overlap_pct"] for r in ranks),
-        "idle_ms": _mean(r["idle_ms"] for r in ranks),
-    }
-
-
-def default_ranks(ranks: list[dict], limit: int = 4) -> list[int]:
-    """Ranks to show first on the timeline: the slowest, the least exposed, then in order."""
+def default_ranks(ranks: list[dict], slowest: int | None, limit: int = 4) -> list[int]:
+    """Ranks to show first on the timeline: the slowest (the headline's), the least exposed,
+    then in order."""
     if len(ranks) <= limit:
         return [r["rank"] for r in ranks]
-    picked = [slowest_rank(ranks)["rank"]]
+    picked = [slowest if slowest is not None else ranks[0]["rank"]]
     calm = min(ranks, key=lambda r: (r["exposed_comm_ms"] or 0, r["rank"]))["rank"]
     picked += [calm] if calm not in picked else []
     picked += [r["rank"] for r in ranks if r["rank"] not in picked][: limit - len(picked)]
@@ -134,7 +96,7 @@ def hide_threshold(model_rows: list[dict]) -> dict:
                                         ("a DDP or FSDP stage", stage)) if not value]
     if t_hide is None and not missing and gpus and gpus > 1:
         try:
-            t_hide = model_overlap.stage_tokens_to_hide(stage, f, w, gpus, grad_bytes=m.get("grad_bytes") or 2.0)
+            t_hide = hide.stage_tokens_to_hide(stage, f, w, gpus, grad_bytes=m.get("grad_bytes") or 2.0)
         except ValueError as err:  # hsdp: two links, no single threshold
             missing.append(str(err))
     if gpus is not None and gpus <= 1:
@@ -149,7 +111,7 @@ def verdict_at(threshold: dict, tokens: float | None) -> str | None:
     if not tokens or threshold["tokens_to_hide"] is None:
         return None
     try:
-        return model_overlap.overlap_verdict(tokens, threshold["flops_per_s"], threshold["bus_bandwidth_bytes_per_s"],
+        return hide.overlap_verdict(tokens, threshold["flops_per_s"], threshold["bus_bandwidth_bytes_per_s"],
                                              threshold["gpus"], threshold["stage"],
                                              grad_bytes=threshold["grad_bytes"] or 2.0).verdict
     except ValueError:  # hsdp: no single threshold
@@ -166,8 +128,8 @@ def ratio_curve(t_hide: float, tokens: float | None = None, points: int = 60) ->
 
 
 def measured_ratio(steps: list[dict]) -> float | None:
-    """Measured comm / backward compute: the median step's comm over the seed's
-    backward share (2/3) of its compute (the trace does not mark the backward)."""
+    """Measured comm / backward compute: the median step's comm over the model's
+    backward share (4 of 6 FLOPs) of its compute (the trace does not mark the backward)."""
     ratios = [s["comm_ms"] / (s["compute_ms"] * BACKWARD_SHARE)
               for s in steps if s["comm_ms"] is not None and s["compute_ms"]]
     return statistics.median(ratios) if ratios else None
@@ -184,14 +146,14 @@ def run_points(threshold: dict, measured: float | None) -> list[dict]:
     return points
 
 
-def memory_rows(params: float, gpus: int, mesh_shape=None, k: float = seed_model.ADAM_K) -> list[dict]:
+def memory_rows(params: float, gpus: int, mesh_shape=None, k: float = memory.ADAM_K) -> list[dict]:
     """Model-state bytes per GPU for each ZeRO stage (and HSDP on a 2-D mesh), by kind."""
     stages = [(s, None) for s in MEMORY_STAGES]
     if mesh_shape and len(mesh_shape) == 2 and gpus % int(mesh_shape[-1]) == 0:
         stages.append(("hsdp", int(mesh_shape[-1])))
     rows = []
     for stage, group in stages:
-        b = seed_model.model_state_breakdown(stage, params, gpus, k=k, group=group)
+        b = memory.model_state_breakdown(stage, params, gpus, k=k, group=group)
         for part, value in (("weights", b.weights_bytes), ("gradients", b.grads_bytes),
                             ("optimizer", b.optimizer_bytes)):
             rows.append({"stage": stage, "part": part, "bytes": value, "total_bytes": b.total_bytes})

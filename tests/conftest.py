@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# No test writes into the user's data directory: the default catalog
+# (XDG_DATA_HOME/overlapscope/catalog.duckdb) lives in a temporary folder.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="overlapscope-test-data-")
+os.environ.pop("OVERLAPSCOPE_DB", None)
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = Path(os.environ.get("OVERLAPSCOPE_REFERENCE_TRACES", ROOT.parent / "shared" / "reference_traces"))

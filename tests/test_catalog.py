@@ -32,7 +32,7 @@ def test_ingest_stores_a_run_with_metrics(tmp_path, db):
     run_id = catalog.ingest(con, [bundle(tmp_path / "a")], "nightly", {"commit": "abc"})
     (row,) = catalog.runs(con)
     assert row["run_id"] == run_id and row["name"] == "nightly" and row["ranks"] == 2
-    assert json.loads(row["tags"]) == {"commit": "abc"}
+    assert row["tags"] == {"commit": "abc"}
     # comm 30..80 against compute 0..50: 30 us exposed
     assert row["exposed_comm_ms"] == pytest.approx(0.030)
     # the full detail keeps every argument
@@ -46,7 +46,8 @@ def test_failed_ingest_leaves_nothing(tmp_path, db):
     (folder / "rank-1.json").write_text('{"traceEvents": [')
     with pytest.raises(InputError):
         catalog.ingest(con, [str(folder)], "broken")
-    for table in ("runs", "ranks", "events", "tracks", "collectives", "steps", "metrics"):
+    for table in ("runs", "ranks", "events", "tracks", "collectives", "steps", "metrics", "findings",
+                  "annotation_roles"):
         assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
 
 
@@ -80,3 +81,68 @@ def test_ingest_reports_each_decoded_file(tmp_path, db):
     con = catalog.open_catalog()
     catalog.ingest(con, [bundle(tmp_path / "a")], "progress", on_decoded=lambda done, total: seen.append((done, total)))
     assert seen == [(1, 2), (2, 2)]
+
+
+def test_history_shows_the_same_headline_as_analyze(tmp_path, db, capsys):
+    """One definition: analyze --json's headline equals what history shows after ingest,
+    on a trace with an even number of steps (the median is the mean of the middle two)."""
+    folder = tmp_path / "four"
+    folder.mkdir()
+    for r in range(2):
+        t = GpuTrace(rank=r)
+        for s, exposed_us in enumerate((10, 20, 40, 80)):  # rank-local step lengths differ
+            start = s * 200
+            t.step(s + 1, start, 150).kernel(start, 50, step=s + 1).comm(start + 50 - 10, 10 + exposed_us,
+                                                                            step=s + 1)
+        write(t, folder / f"rank-{r}.json")
+    assert main(["analyze", str(folder), "--json"]) == 0
+    analyzed = json.loads(capsys.readouterr().out)["headline"]
+    assert analyzed["steps"] == 4
+    assert main(["ingest", str(folder), "--run", "even", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["history", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
+    stored = row["headline"]
+    # analyze does not run the checklist; the catalog does, at ingest
+    assert analyzed.pop("failed_findings") is None and isinstance(stored.pop("failed_findings"), list)
+    assert stored == analyzed
+    for key in catalog.HISTORY_FIGURES:
+        assert row[key] == analyzed[key]
+    # exposed per step: 10, 20, 40, 80 us -> median (20 + 40) / 2 = 30 us
+    assert analyzed["exposed_comm_ms"] == pytest.approx(0.030)
+
+
+def test_ingest_stores_the_checklist(tmp_path, db):
+    con = catalog.open_catalog()
+    run_id = catalog.ingest(con, [bundle(tmp_path / "a")], "checked")
+    stored = con.execute("SELECT count(*), count(*) FILTER (WHERE status = 'fail') FROM findings WHERE run_id = ?",
+                         [run_id]).fetchone()
+    head = catalog.runs(con)[0]["headline"]
+    assert stored[0] == 16 and stored[1] == len(head["failed_findings"])
+
+
+def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db):
+    """A catalog written before catalog_info existed: no parallelism, headline, kind or family
+    columns, no annotation_roles or findings. Opening it brings all of them back."""
+    con = catalog.open_catalog()
+    run_id = catalog.ingest(con, [bundle(tmp_path / "a")], "old", {"k": "v"})
+    before = catalog.runs(con)[0]
+    roles = con.execute("SELECT count(*) FROM annotation_roles").fetchone()[0]
+    for stmt in ("DROP TABLE catalog_info", "DROP TABLE annotation_roles", "DROP TABLE findings",
+                 "ALTER TABLE runs DROP COLUMN parallelism", "ALTER TABLE runs DROP COLUMN headline",
+                 "ALTER TABLE collectives DROP COLUMN kind", "ALTER TABLE collectives DROP COLUMN family"):
+        con.execute(stmt)
+    con.close()
+    from overlapscope.analyzer.store import database
+    from overlapscope.analyzer.store.migrate import CatalogOutdated
+
+    with pytest.raises(CatalogOutdated):  # a read-only connection cannot upgrade on its own ...
+        database.connect(str(db), read_only=True)
+    con = catalog.open_catalog(read_only=True)  # ... so open_catalog upgrades first
+    after = catalog.runs(con)[0]
+    assert after == before
+    assert con.execute("SELECT count(*) FROM annotation_roles").fetchone()[0] == roles
+    assert con.execute("SELECT count(*) FROM collectives WHERE kind = 'all_reduce' AND family = 'reduce'"
+                       ).fetchone()[0] > 0
+    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "2"
+    assert run_id == after["run_id"]

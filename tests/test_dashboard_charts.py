@@ -48,22 +48,13 @@ def test_rank_means_and_slowest():
     assert [m["rank"] for m in means] == [0, 1]
     assert means[1]["step_ms"] == 13.0 and means[1]["exposed_comm_ms"] == 3.0
     assert means[1]["hidden_comm_ms"] == 1.0 and means[1]["overlap_pct"] == 25.0
-    assert shape.slowest_step(STEPS)["rank"] == 1 and shape.slowest_step(STEPS)["step"] == 3
-    assert shape.slowest_rank(RANKS)["rank"] == 1
-    assert shape.slowest_step([]) is None and shape.slowest_rank([]) is None
-
-
-def test_headline_takes_the_worst_rank():
-    head = shape.headline({"ranks": RANKS})
-    assert head["step_ms"] == 13.0 and head["slowest_rank"] == 1
-    assert head["exposed_comm_ms"] == 6.0 and head["overlap_pct"] == 37.5
 
 
 def test_default_ranks_keep_the_slowest_and_the_calmest():
     ranks = [{"rank": r, "step_ms": 10.0 + (r == 5), "exposed_comm_ms": 5.0 - (r == 6)} for r in range(8)]
-    picked = shape.default_ranks(ranks, limit=4)
+    picked = shape.default_ranks(ranks, slowest=5, limit=4)
     assert len(picked) == 4 and 5 in picked and 6 in picked and picked == sorted(picked)
-    assert shape.default_ranks(ranks[:3]) == [0, 1, 2]
+    assert shape.default_ranks(ranks[:3], slowest=1) == [0, 1, 2]
 
 
 def test_group_labels_and_top_groups():

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from overlapscope.analyzer.model.memory import (
-    allgathers_per_layer,
     comm_per_gpu,
     model_state_breakdown,
     model_state_bytes,
@@ -23,20 +22,14 @@ from overlapscope.analyzer.model.memory import (
     to_gb,
 )
 from overlapscope.analyzer.model.ring import (
-    alg_bandwidth_per_s,
-    bus_bandwidth_per_s,
-    bus_factor,
     collective_time_s,
     fit_latency,
-    normalize_kind,
     ring_latency_s,
     wire_bytes,
 )
 from overlapscope.analyzer.model.hide import (
+    BACKWARD_SHARE,
     VERDICT_THRESHOLDS,
-    backward_time_s,
-    compute_time_s,
-    forward_time_s,
     overlap_verdict,
     stage_tokens_to_hide,
     tokens_to_hide,
@@ -241,9 +234,12 @@ def test_check_yourself_q4_no_reshard_drops_to_2_psi():
 
 def test_quick_check_zero3_with_8_micro_batches_gathers_each_layer_16_times():
     """Section 3: ZeRO-3 "all-gathers the weights twice ... in every micro-batch": 2 x 8."""
-    assert allgathers_per_layer("zero3", accum=8) == 16
-    assert allgathers_per_layer("zero3", accum=8, reshard_after_forward=False) == 8
-    assert allgathers_per_layer("ddp", accum=8) == 0
+    def gathers(stage, **kw):
+        return sum(c.count for c in stage_collectives(stage, 1000, 8, accum=8, **kw) if c.kind == "all_gather")
+
+    assert gathers("zero3") == 16
+    assert gathers("zero3", reshard_after_forward=False) == 8
+    assert gathers("ddp") == 0
 
 
 def test_fp32_gradient_reduction_doubles_gradient_bytes_only():
@@ -257,12 +253,9 @@ def test_fp32_gradient_reduction_doubles_gradient_bytes_only():
 # --- compute and tokens to hide (section 3 proposition, section 4 step 3, Q3) -----------------
 
 
-def test_worked_example_compute_per_micro_batch():
-    """Section 4, step 3: 6 Psi x 4096 = 3.19e14 FLOPs, 0.80 s; backward 0.53 s."""
-    assert seed_round(6 * PSI_13B * 4096 / 1e14, "3.19")
-    assert seed_round(compute_time_s(PSI_13B, 4096, H100_F), "0.80")
-    assert seed_round(backward_time_s(PSI_13B, 4096, H100_F), "0.53")
-    assert forward_time_s(PSI_13B, 4096, H100_F) * 3 == pytest.approx(compute_time_s(PSI_13B, 4096, H100_F))
+def test_backward_share_is_four_of_six_flops():
+    """Section 3 proposition: forward 2 Psi T, backward 4 Psi T FLOPs."""
+    assert BACKWARD_SHARE == pytest.approx(4 / 6)
 
 
 def test_worked_example_comm_times():
@@ -274,7 +267,6 @@ def test_worked_example_comm_times():
     hsdp = comm_per_gpu("hsdp", PSI_13B, 32, group=8)
     assert seed_round(hsdp.intra_bytes / NVLINK_W, "0.15")
     assert seed_round(hsdp.inter_bytes / IB_W, "0.10")
-    assert seed_round(compute_time_s(PSI_13B, 2 * 4096, H100_F), "1.60")
 
 
 @pytest.mark.parametrize("bandwidth, seed_tokens, decimals", [
@@ -303,7 +295,7 @@ def test_model_size_cancels_at_the_threshold(params):
     for a 1B and a 100B model alike (section 3 quick check: "Neither")."""
     threshold = tokens_to_hide(H100_F, IB_W, gpus=32)
     comm_s = comm_per_gpu("ddp", params, 32).bytes / IB_W
-    assert comm_s == pytest.approx(backward_time_s(params, threshold, H100_F))
+    assert comm_s == pytest.approx(4 * params * threshold / H100_F)  # the backward: 4 Psi T / F
 
 
 def test_zero3_per_micro_batch_threshold_is_the_same():
@@ -367,32 +359,6 @@ def test_ring_bytes_sent():
     assert wire_bytes("reduce_scatter", 800, 8) == 700
     assert wire_bytes("all_gather", 800, 8) == 700
     assert wire_bytes("all_reduce", 800, 8) == 1400
-
-
-@pytest.mark.parametrize("kind, factor", [
-    ("all_reduce", 2 * 7 / 8), ("all_gather", 7 / 8), ("reduce_scatter", 7 / 8),
-    ("all_to_all", 7 / 8), ("broadcast", 1.0), ("reduce", 1.0), ("send_recv", 1.0),
-])
-def test_nccl_tests_bus_factors(kind, factor):
-    """nccl-tests PERFORMANCE.md: busbw = algbw x factor."""
-    assert bus_factor(kind, 8) == pytest.approx(factor)
-    assert bus_bandwidth_per_s(kind, 100e9, 8) == pytest.approx(100e9 * factor)
-    assert alg_bandwidth_per_s(kind, bus_bandwidth_per_s(kind, 100e9, 8), 8) == pytest.approx(100e9)
-
-
-@pytest.mark.parametrize("name, kind", [
-    ("allreduce", "all_reduce"), ("_allgather_base", "all_gather"),
-    ("reduce_scatter_tensor_coalesced", "reduce_scatter"), ("gloo:all_reduce", "all_reduce"),
-    ("AllGather", "all_gather"), ("broadcast", "broadcast"), ("alltoall_base", "all_to_all"),
-    ("reduce", "reduce"), ("send", "send_recv"),
-])
-def test_normalize_kind(name, kind):
-    assert normalize_kind(name) == kind
-
-
-def test_normalize_kind_rejects_non_collectives():
-    with pytest.raises(ValueError):
-        normalize_kind("aten::mm")
 
 
 def test_collective_time_reproduces_worked_example_zero3():

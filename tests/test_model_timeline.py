@@ -13,14 +13,12 @@ from __future__ import annotations
 import pytest
 
 from overlapscope.analyzer.model.ring import collective_time_s
-from overlapscope.analyzer.model.hide import backward_time_s
 from overlapscope.analyzer.model.replay import (
     Bucket,
     FsdpOptions,
     FsdpUnit,
     replay_ddp,
     replay_fsdp,
-    uniform_ddp_buckets,
 )
 
 
@@ -110,11 +108,23 @@ FIGURE_GRAD_BYTES = 24 * 50e6 * 2  # bf16 gradients: 2.4 GB
 FIGURE_BACKWARD_S = 4 * 24 * 50e6 * 16384 / 400e12  # 4 Psi T / F = 0.19661 s
 
 
+def uniform_ddp_buckets(total_grad_bytes, bucket_cap_bytes, backward_s, gpus, busbw_bytes_per_s, latency_s=0.0):
+    """The figure's buckets: a backward pass that produces gradient bytes at a uniform rate fills
+    buckets of bucket_cap_bytes in order (the last holds the rest); a bucket is ready when its
+    bytes are produced; its all-reduce takes latency + 2 (N-1)/N size / W."""
+    buckets, filled = [], 0.0
+    while filled < total_grad_bytes:
+        size = min(bucket_cap_bytes, total_grad_bytes - filled)
+        filled += size
+        comm = latency_s + 2 * (gpus - 1) / gpus * size / busbw_bytes_per_s
+        buckets.append(Bucket(backward_s * filled / total_grad_bytes, comm))
+    return buckets
+
+
 def test_seed_ddp_figure_default_only_the_last_bucket_is_exposed():
     """96 buckets, one ready every 2.05 ms, each all-reduce 2 x 7/8 x 25 MB / 50 GB/s
     = 0.875 ms: the network keeps up, and the last bucket (ready at the end of the
     backward pass) is the only exposed one."""
-    assert backward_time_s(24 * 50e6, 16384, 400e12) == pytest.approx(FIGURE_BACKWARD_S)
     buckets = uniform_ddp_buckets(FIGURE_GRAD_BYTES, 25e6, FIGURE_BACKWARD_S, 8, 50e9)
     assert len(buckets) == 96
     assert buckets[-1].ready_s == pytest.approx(FIGURE_BACKWARD_S)

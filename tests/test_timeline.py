@@ -84,9 +84,13 @@ def test_lanes_put_compute_first_and_ranks_filter(tmp_path):
 def test_attribution_given_by_the_caller_is_used(tmp_path):
     from overlapscope.analyzer.measure import collectives
 
+    import msgspec
+
+    from overlapscope.analyzer.store.runinfo import run_info
+
     con, run_id = _load(tmp_path, _two_ranks())
-    rows = collectives.compute(con, run_id)
-    rows = [{**r, "id": "b7"} for r in rows]
+    rows = collectives.compute(con, run_info(con, run_id))
+    rows = [msgspec.structs.replace(r, id="b7") for r in rows]
     tl = timeline.timeline(con, run_id, step=1, attribution=rows)
     assert {m["coll_id"] for m in tl["marks"] if m["kind"] == "comm"} == {"b7"}
 

@@ -24,7 +24,6 @@ from overlapscope.tracer import (  # noqa: E402
     TraceConfig,
     Tracer,
 )
-from overlapscope.tracer.calibration import bus_bandwidth_factor  # noqa: E402
 from overlapscope.tracer.examples.train import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,19 +35,6 @@ def test_contract_strings():
     assert TRACE_FILE_TEMPLATE.format(rank=7) == "rank-7.pt.trace.json.gz"
     assert MANIFEST_FILE == "manifest.json"
     assert SCHEMA_VERSION == 1
-
-
-@pytest.mark.parametrize(
-    ("kind", "n", "factor"),
-    [("all_reduce", 2, 1.0), ("all_reduce", 8, 1.75), ("all_gather", 4, 0.75), ("reduce_scatter", 8, 0.875)],
-)
-def test_bus_bandwidth_factors_are_nccl_tests(kind, n, factor):
-    assert bus_bandwidth_factor(kind, n) == pytest.approx(factor)
-
-
-def test_bus_bandwidth_factor_rejects_unknown_kind():
-    with pytest.raises(ValueError, match="broadcast"):
-        bus_bandwidth_factor("broadcast", 2)
 
 
 def test_profile_config_keeps_ddps_first_iteration_out():

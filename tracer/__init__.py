@@ -14,20 +14,16 @@ Add it around a training loop::
             tracer.step()
 
 It writes a run bundle: ``rank-<r>.pt.trace.json.gz`` per rank and one
-``manifest.json``. The file names and trace annotations are in ``tracer.names``.
+``manifest.json``. The file names, trace annotations and manifest keys are the
+contract with the analyzer: ``overlapscope.contract``.
 This package imports torch; the analyzer never imports it.
 """
 
 from overlapscope.tracer.calibration import CalibrationConfig
 from overlapscope.tracer.ddp_buckets import allreduce_mean_hook, annotate_buckets
 from overlapscope.tracer.manifest import RunFacts
-from overlapscope.tracer.names import (
-    BUCKET_ANNOTATION,
-    MANIFEST_FILE,
-    MICROBATCH_ANNOTATION,
-    SCHEMA_VERSION,
-    TRACE_FILE_TEMPLATE,
-)
+from overlapscope.contract.manifest import SCHEMA_VERSION
+from overlapscope.contract.names import BUCKET_ANNOTATION, MANIFEST_FILE, MICROBATCH_ANNOTATION, TRACE_FILE_TEMPLATE
 from overlapscope.tracer.profiling import ProfileConfig
 from overlapscope.tracer.session import TraceConfig, Tracer
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from overlapscope.contract.collectives import bus_factor
+
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 
 # The *_single names replace *_tensor in recent PyTorch; older releases have only the latter.
@@ -69,16 +71,6 @@ class CommTarget:
     """Role of the group in the run: "data_parallel", "shard" or "replicate"."""
     group: dist.ProcessGroup
     kinds: tuple[str, ...] = COLLECTIVE_KINDS
-
-
-def bus_bandwidth_factor(kind: str, group_size: int) -> float:
-    """busbw / algbw by the nccl-tests formulas."""
-    n = group_size
-    if kind == "all_reduce":
-        return 2 * (n - 1) / n
-    if kind in ("all_gather", "reduce_scatter"):
-        return (n - 1) / n
-    raise ValueError(f"unknown collective kind {kind!r}")
 
 
 def calibrate(
@@ -168,7 +160,7 @@ def measure_collective(
         "bytes": full_bytes,
         "seconds": seconds,
         "algbw_bytes_per_s": algbw,
-        "busbw_bytes_per_s": algbw * bus_bandwidth_factor(kind, n),
+        "busbw_bytes_per_s": algbw * bus_factor(kind, n),
     }
 
 

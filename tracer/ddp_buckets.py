@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from overlapscope.tracer.names import bucket_annotation
+from overlapscope.contract.names import bucket_annotation
 
 CommHook = Callable[[object, dist.GradBucket], torch.futures.Future[torch.Tensor]]
 

@@ -1,24 +1,25 @@
 """The run manifest: one JSON file of facts that traces lack, written by rank 0.
 
-Keys are a contract (``SCHEMA_VERSION``); see ``tracer/README.md`` for each one.
-Lists that do not apply to a run are empty (``buckets`` of an FSDP run, ``units``
-of a DDP run); single facts that do not apply are null.
+The keys are the contract's typed struct (``overlapscope.contract.manifest``);
+``tracer/README.md`` says what each one means. Lists that do not apply to a run
+are empty (``buckets`` of an FSDP run, ``units`` of a DDP run); single facts
+that do not apply are null.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import torch
 
-from overlapscope.tracer.names import MANIFEST_FILE, SCHEMA_VERSION, trace_file_name
-
-WRAPPINGS = ("per-block", "root-only")
+from overlapscope.contract import manifest as contract
+from overlapscope.contract.manifest import WRAPPINGS, Manifest
+from overlapscope.contract.names import MANIFEST_FILE, trace_file_name
 
 
 @dataclass(frozen=True)
@@ -86,13 +87,13 @@ def build_manifest(
     start_time: str,
     backend: str,
     nccl_version: str | None,
-) -> dict:
-    """The manifest as a JSON-ready dict (keys in contract order, then extras)."""
+) -> Manifest:
+    """The manifest of a run (the contract's struct; keys in contract order)."""
     wrapping = run_facts.wrapping
     if wrapping is None and model_facts.parallelism != "ddp":
         wrapping = "root-only" if len(model_facts.units) == 1 else "per-block"
-    return {
-        "schema_version": SCHEMA_VERSION,
+    return msgspec.convert({
+        "schema_version": contract.SCHEMA_VERSION,
         "world_size": len(ranks),
         "backend": backend,
         "devices": [{k: r[k] for k in ("rank", "device", "name", "memory_bytes")} for r in ranks],
@@ -106,7 +107,7 @@ def build_manifest(
         "units": model_facts.units,
         "mesh": model_facts.mesh,
         "calibration": calibration,
-        "torch_version": torch.__version__,
+        "torch_version": str(torch.__version__),
         "nccl_version": nccl_version,
         "hostnames": [r["hostname"] for r in ranks],
         "start_time": start_time,
@@ -121,14 +122,14 @@ def build_manifest(
         "buckets_verified": model_facts.buckets_verified,
         "trace_files": [trace_file_name(r["rank"]) for r in ranks],
         "profile": profile,
-    }
+    }, Manifest)
 
 
-def write_manifest(out_dir: Path, manifest: dict) -> Path:
+def write_manifest(out_dir: Path, manifest: Manifest) -> Path:
     """Write ``manifest.json`` atomically, so a reader never sees half a file."""
     path = out_dir / MANIFEST_FILE
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    tmp.write_bytes(contract.encode(manifest) + b"\n")
     tmp.replace(path)
     return path
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from overlapscope.tracer.names import trace_file_name
+from overlapscope.contract.names import trace_file_name
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from overlapscope.tracer.calibration import COLLECTIVE_KINDS, CalibrationConfig,
 from overlapscope.tracer.ddp_buckets import BucketRecorder, CommHook, annotate_buckets, reducer_bucket_bytes
 from overlapscope.tracer.facts import gather_rank_facts, nccl_version
 from overlapscope.tracer.fsdp_units import is_fsdp, sharding_groups, sharding_layout
+from overlapscope.contract.manifest import Manifest
 from overlapscope.tracer.manifest import ModelFacts, RunFacts, build_manifest, write_manifest
-from overlapscope.tracer.names import microbatch_annotation
+from overlapscope.contract.names import microbatch_annotation
 from overlapscope.tracer.profiling import ProfileConfig, build_profiler, trace_path
 
 
@@ -128,7 +129,7 @@ class Tracer:
         # Every rank leaves with the bundle complete on disk.
         dist.barrier()
 
-    def _manifest(self, ranks: list[dict], profiled: list[int]) -> dict:
+    def _manifest(self, ranks: list[dict], profiled: list[int]) -> Manifest:
         return build_manifest(
             model_facts=self._model_facts(),
             run_facts=self.facts,

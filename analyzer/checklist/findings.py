@@ -1,14 +1,17 @@
-"""``diagnose``: the seed's "why is my FSDP slow" checklist, evaluated on a trace.
+"""The checklist's vocabulary: findings, thresholds, the fail/warn/pass ladder and the registry.
 
-Every rule returns one Finding: a status (fail, warn, pass, or n/a when the
-trace cannot tell), evidence with numbers from this trace (naming buckets,
-units, ranks and steps) and a fix an engineer can act on. Rule ids are a
-contract. Every threshold lives in THRESHOLDS, with its reason.
+Every rule is a function of a ``CheckContext`` registered with ``@rule(id, title,
+fix)``; it returns a ``Result`` (status, evidence with numbers from this trace,
+and optionally the impact in ms per step and a fix of its own), which the
+registry turns into a ``Finding``. Rule ids are a contract. Every threshold
+lives in ``THRESHOLDS``, with its reason (docs/checklist.md says what each rule
+looks for).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import Callable
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "n/a": 3}
 SEVERITY = {"fail": 3, "warn": 2, "pass": 0, "n/a": 0}
@@ -17,7 +20,7 @@ SEVERITY = {"fail": 3, "warn": 2, "pass": 0, "n/a": 0}
 @dataclass(frozen=True)
 class Threshold:
     value: float
-    reason: str
+    reason: str  # why this value (printed in diagnose --json)
 
 
 THRESHOLDS: dict[str, Threshold] = {
@@ -57,13 +60,15 @@ THRESHOLDS: dict[str, Threshold] = {
 
 @dataclass
 class Finding:
+    """One rule's verdict on one run (the ``findings`` rows of ``diagnose --json``)."""
+
     id: str
     title: str
-    status: str
+    status: str  # fail, warn, pass, n/a
     evidence: str
     fix: str
     severity: int = 0
-    impact_ms: float | None = None  # exposed or waiting time per step this finding accounts for
+    impact_ms: float | None = None  # time per step this finding accounts for
     details: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -72,25 +77,56 @@ class Finding:
         self.severity = SEVERITY[self.status]
 
 
+@dataclass(frozen=True)
+class Result:
+    """What a rule found; the registry adds the rule's id, title and (default) fix."""
+
+    status: str
+    evidence: str
+    impact_ms: float | None = None
+    details: dict = field(default_factory=dict)
+    fix: str | None = None  # instead of the rule's default fix
+
+
+def na(evidence: str, fix: str | None = None) -> Result:
+    """The trace cannot tell: ``evidence`` names what is missing."""
+    return Result("n/a", evidence, fix=fix)
+
+
 def t(name: str) -> float:
     """A threshold's value."""
     return THRESHOLDS[name].value
 
 
-def evaluate(ctx: dict) -> list[dict]:
-    """Every rule on one analysis context; failed first, then by impact."""
-    from overlapscope.analyzer.checklist.rules import RULES
+def grade(value: float, fail: str, warn: str, lower_is_worse: bool = False) -> str:
+    """fail, warn or pass: ``value`` against the thresholds named ``fail`` and ``warn``
+    (at or above them, or below them with ``lower_is_worse``)."""
+    if lower_is_worse:
+        return "fail" if value < t(fail) else "warn" if value < t(warn) else "pass"
+    return "fail" if value >= t(fail) else "warn" if value >= t(warn) else "pass"
 
-    findings = [rule(ctx) for rule in RULES]
-    findings.sort(key=lambda f: (STATUS_ORDER[f.status], -(f.impact_ms or 0), f.id))
-    return [asdict(f) for f in findings]
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    fix: str
+    check: Callable
+
+    def __call__(self, ctx) -> Finding:
+        r = self.check(ctx)
+        return Finding(self.id, self.title, r.status, r.evidence, r.fix or self.fix,
+                       impact_ms=r.impact_ms, details=dict(r.details))
 
 
-def compute(con, run_id: int, tokens: float | None = None) -> dict:
-    """The ``diagnose`` result for a stored run."""
-    from overlapscope.analyzer.predict import buckets
-    from overlapscope.analyzer.checklist import facts as rules_data
+RULES: dict[str, Rule] = {}
 
-    ctx = buckets.context(con, run_id, tokens)
-    ctx.update(rules_data.extra(con, run_id, ctx))
-    return {"findings": evaluate(ctx), "thresholds": {k: asdict(v) for k, v in THRESHOLDS.items()}}
+
+def rule(id: str, title: str, fix: str):
+    """Register a check under rule ``id`` (a contract) with its title and default fix."""
+    def register(check: Callable) -> Callable:
+        if id in RULES:
+            raise ValueError(f"rule {id!r} registered twice")
+        RULES[id] = Rule(id, title, fix, check)
+        return check
+    return register

@@ -34,6 +34,9 @@ import re
 
 import numpy as np
 
+from overlapscope.contract import names
+from overlapscope.contract.collectives import collective_kind
+
 KINDS = (
     "compute", "comm", "memcpy", "memset", "sync", "gpu_annotation", "step", "comm_launch",
     "runtime", "cpu_op", "annotation", "python", "memory", "other",
@@ -155,8 +158,8 @@ def aten_mask(names: list[str]) -> np.ndarray:
 # --- annotation roles: what a CPU range says about the collectives launched inside it ---
 #
 # role              arg          written by
-# ddp_bucket        bucket index overlapscope tracer's comm hook (tracer.names.BUCKET_ANNOTATION)
-# microbatch        index        overlapscope tracer (tracer.names.MICROBATCH_ANNOTATION)
+# ddp_bucket        bucket index overlapscope tracer's comm hook (contract.names.BUCKET_ANNOTATION)
+# microbatch        index        overlapscope tracer (contract.names.MICROBATCH_ANNOTATION)
 # fsdp_all_gather   unit fqn     FSDP2 FSDPParamGroup.unshard ("" for the root unit)
 # fsdp_reduce       unit fqn     FSDP2 post_backward_reduce; FSDP1 _post_backward_hook (no fqn)
 # fsdp_backward     unit fqn     FSDP2 pre_backward / backward_prefetch / post_backward_*;
@@ -168,8 +171,8 @@ def aten_mask(names: list[str]) -> np.ndarray:
 # a range without a name belongs to the root unit (""); FSDP1 never names the
 # unit (arg None: attribution infers it from the order).
 _ROLE_RULES = (
-    (re.compile(r"^overlapscope:ddp_bucket#(\d+)$"), "ddp_bucket", False),
-    (re.compile(r"^overlapscope:microbatch#(\d+)$"), "microbatch", False),
+    (names.BUCKET_PATTERN, "ddp_bucket", False),
+    (names.MICROBATCH_PATTERN, "microbatch", False),
     (re.compile(r"^FSDP::all_gather(?: \((.*)\))?$"), "fsdp_all_gather", True),
     (re.compile(r"^FSDP::post_backward_reduce(?: \((.*)\))?$"), "fsdp_reduce", True),
     (re.compile(r"^FullyShardedDataParallel\._post_backward_hook$"), "fsdp_reduce", False),
@@ -187,45 +190,25 @@ _ROLE_RULES = (
 
 
 def annotation_role(name: str) -> tuple[str, str | None] | None:
-    """(role, arg) of a range that attribution reads, or None (table above)."""
+    """(role, arg) of a range that attribution reads, or None (table above). A launch
+    range's arg is the canonical kind of its collective (``nccl:all_to_all`` -> all_to_all)."""
     for pattern, role, root_when_unnamed in _ROLE_RULES:
         m = pattern.match(name)
         if m:
             arg = m.group(1) if m.groups() else None
+            if role == "launch":
+                arg = collective_kind(arg)
             return role, ("" if arg is None and root_when_unnamed else arg)
     return None
 
 
 # Collective families: how a launch (c10d op) and its transfer (gloo span, NCCL
 # kernel) are named differently for one operation. gloo has no reduce-scatter:
-# FSDP's reduce-scatter runs as a gloo:all_reduce span (FIELD_NOTES).
-def collective_family(collective: str | None) -> str | None:
-    if not collective:
-        return None
-    c = collective.lower().replace("_", "")
-    if "reducescatter" in c:
-        return "reduce"
-    if "allgather" in c:
-        return "gather"
-    if "allreduce" in c:
-        return "reduce"
-    if "broadcast" in c:
-        return "broadcast"
-    if "alltoall" in c:
-        return "alltoall"
-    if "sendrecv" in c or c in ("send", "recv"):
-        return "sendrecv"
-    return c
+# FSDP's reduce-scatter runs as a gloo:all_reduce span (docs/checklist.md, "What
+# PyTorch writes into traces"), so both reductions are one family.
+_FAMILY = {"reduce_scatter": "reduce", "all_reduce": "reduce", "all_gather": "gather", "gather": "gather"}
 
 
-def collective_kind(collective: str | None) -> str | None:
-    """The collective a launch or kernel performs: all_reduce, all_gather, reduce_scatter, ..."""
-    if not collective:
-        return None
-    c = collective.lower().replace("_", "")
-    for key, kind in (("reducescatter", "reduce_scatter"), ("allgather", "all_gather"),
-                      ("allreduce", "all_reduce"), ("broadcast", "broadcast"), ("alltoall", "all_to_all"),
-                      ("sendrecv", "send_recv"), ("barrier", "barrier")):
-        if key in c:
-            return kind
-    return c
+def collective_family(kind: str | None) -> str | None:
+    """The family of a canonical collective kind (contract.collectives.collective_kind)."""
+    return None if kind is None else _FAMILY.get(kind, kind)

@@ -39,11 +39,6 @@ def int32(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
 
 
-def boolean(values: np.ndarray) -> pa.Array:
-    bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
-    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
-
-
 def strings(values: list[str | None]) -> pa.Array:
     """A plain UTF-8 string array (None → null)."""
     encoded = [b"" if v is None else str(v).encode() for v in values]

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from overlapscope.analyzer.ingest import classify, columns as col
 from overlapscope.analyzer.ingest.classify import KIND_CODE
+from overlapscope.contract.collectives import collective_kind
 from overlapscope.analyzer.ingest.dtypes import itemsize
 from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest.flops import FLOP_OPS, matmul_flops
@@ -47,6 +48,7 @@ class RankData:
     collectives: pa.Table
     flows: pa.Table
     memory: pa.Table
+    roles: pa.Table  # range names attribution reads: name, role, arg (classify.annotation_role)
     counts: dict = field(default_factory=dict)
 
 
@@ -231,6 +233,7 @@ def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool =
         collectives=_collectives_table(coll if coll is not None else _NO_COLLECTIVES),
         flows=_flows_table(fr.flows, track_keys),
         memory=_memory_table(fr.args_json, np.flatnonzero(is_memory), ts_ns, track_codes),
+        roles=_roles_table(names, name_codes, kind, detail),
         counts=counts,
     )
 
@@ -391,6 +394,25 @@ _NO_COLLECTIVES = {k: [] for k in ("event_id", "collective", "in_elems", "out_el
                                    "pg_name", "pg_desc", "pg_ranks", "elements", "min_elements")}
 
 
+_ROLE_KINDS = ("annotation", "cpu_op", "comm_launch")
+
+
+def _roles_table(names: list, name_codes, kind, detail: str) -> pa.Table:
+    """The role of every distinct range name that attribution reads (none at the overlap detail)."""
+    rows = []
+    if detail != "overlap" and len(names):
+        ranged = np.unique(name_codes[np.isin(kind, [KIND_CODE[k] for k in _ROLE_KINDS])])
+        for code in ranged.tolist():
+            role = classify.annotation_role(names[code])
+            if role:
+                rows.append((names[code], *role))
+    return pa.table({
+        "name": col.strings([r[0] for r in rows]),
+        "role": col.strings([r[1] for r in rows]),
+        "arg": col.strings([r[2] for r in rows]),
+    })
+
+
 def _collectives_table(coll: dict) -> pa.Table:
     elems = col.optional_ints(coll["elements"])
     in_elems = col.optional_ints(coll["in_elems"])
@@ -404,9 +426,18 @@ def _collectives_table(coll: dict) -> pa.Table:
     nbytes = np.where((size != NULL) & (item != NULL), size * np.where(item == NULL, 0, item), NULL)
     dtype_codes, dtype_vals = col.optional_strs(coll["dtype"])
     name_codes, name_vals = col.optional_strs(coll["collective"])
+    # canonical kind and family, once per distinct name (-1 codes: no name)
+    kinds = [collective_kind(v) for v in name_vals]
+    kind_vals = sorted({k for k in kinds if k})
+    kind_code = np.array([kind_vals.index(k) if k else -1 for k in kinds] + [-1], dtype=np.int32)
+    families = [classify.collective_family(k) for k in kinds]
+    family_vals = sorted({f for f in families if f})
+    family_code = np.array([family_vals.index(f) if f else -1 for f in families] + [-1], dtype=np.int32)
     return pa.table({
         "event_id": col.int64(np.array(coll["event_id"], dtype=np.int64)),
         "collective": col.dictionary(name_codes, name_vals),
+        "kind": col.dictionary(kind_code[name_codes], kind_vals),
+        "family": col.dictionary(family_code[name_codes], family_vals),
         "in_elems": col.int64(in_elems),
         "out_elems": col.int64(out_elems),
         "elements": col.int64(size),

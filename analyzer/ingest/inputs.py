@@ -10,15 +10,15 @@ Only names are resolved here; the bytes are read by the worker that decodes them
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import zipfile
 from dataclasses import dataclass
 
 from overlapscope.analyzer.errors import InputError
-
-MANIFEST_NAME = "manifest.json"
+from overlapscope.contract import manifest as contract
+from overlapscope.contract.manifest import Manifest
+from overlapscope.contract.names import MANIFEST_FILE as MANIFEST_NAME
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 # The rank a file name carries: rank-3, rank_3, rank3, worker3 (DESIGN: input rules).
@@ -57,8 +57,9 @@ class Inputs:
     """What a set of paths resolves to: trace sources and an optional manifest."""
 
     sources: list[TraceSource]
-    manifest: dict | None = None
+    manifest: Manifest | None = None
     manifest_source: str | None = None
+    manifest_text: str | None = None  # as written (kept in the catalog with any newer keys)
 
 
 def rank_from_name(name: str) -> int | None:
@@ -72,14 +73,14 @@ def _is_trace_name(name: str) -> bool:
     return base != MANIFEST_NAME and base.lower().endswith(TRACE_SUFFIXES) and not base.startswith(".")
 
 
-def _parse_manifest(data: bytes, where: str) -> dict:
+def _parse_manifest(data: bytes, where: str) -> tuple[Manifest, str]:
+    """The manifest (the contract's struct) and its text; a bad one is one line naming the file."""
     try:
-        manifest = json.loads(data)
-    except ValueError as err:
-        raise InputError(where, f"manifest is not valid JSON: {err}") from None
-    if not isinstance(manifest, dict):
-        raise InputError(where, "manifest is not a JSON object")
-    return manifest
+        return contract.decode(data), data.decode()
+    except contract.ManifestError as err:
+        raise InputError(where, str(err)) from None
+    except UnicodeDecodeError:
+        raise InputError(where, "manifest is not UTF-8 text") from None
 
 
 def _from_zip(path: str) -> Inputs:
@@ -87,9 +88,9 @@ def _from_zip(path: str) -> Inputs:
         with zipfile.ZipFile(path) as zf:
             names = [i.filename for i in zf.infolist() if not i.is_dir()]
             manifest_names = [n for n in names if os.path.basename(n) == MANIFEST_NAME]
-            manifest = None
+            manifest = text = None
             if manifest_names:
-                manifest = _parse_manifest(zf.read(manifest_names[0]), f"{path}:{manifest_names[0]}")
+                manifest, text = _parse_manifest(zf.read(manifest_names[0]), f"{path}:{manifest_names[0]}")
     except zipfile.BadZipFile:
         raise InputError(path, "not a valid zip archive") from None
     except OSError as err:
@@ -97,7 +98,7 @@ def _from_zip(path: str) -> Inputs:
     sources = [TraceSource(path, n) for n in sorted(names) if _is_trace_name(n) and "__MACOSX" not in n]
     if not sources:
         raise InputError(path, "zip archive holds no trace files (*.json, *.json.gz)")
-    return Inputs(sources, manifest, f"{path}:{manifest_names[0]}" if manifest else None)
+    return Inputs(sources, manifest, f"{path}:{manifest_names[0]}" if manifest else None, text)
 
 
 def _from_dir(path: str) -> Inputs:
@@ -106,12 +107,12 @@ def _from_dir(path: str) -> Inputs:
     sources = [s for s in sources if os.path.isfile(s.path)]
     if not sources:
         raise InputError(path, "directory holds no trace files (*.json, *.json.gz)")
-    manifest = None
+    manifest = text = None
     manifest_path = os.path.join(path, MANIFEST_NAME)
     if os.path.isfile(manifest_path):
         with open(manifest_path, "rb") as f:
-            manifest = _parse_manifest(f.read(), manifest_path)
-    return Inputs(sources, manifest, manifest_path if manifest else None)
+            manifest, text = _parse_manifest(f.read(), manifest_path)
+    return Inputs(sources, manifest, manifest_path if manifest else None, text)
 
 
 def resolve(paths: list[str]) -> Inputs:
@@ -119,7 +120,7 @@ def resolve(paths: list[str]) -> Inputs:
     if not paths:
         raise InputError("(no input)", "give at least one trace file, directory or .zip")
     sources: list[TraceSource] = []
-    manifest, manifest_source = None, None
+    manifest, manifest_source, manifest_text = None, None, None
     for path in paths:
         if not os.path.exists(path):
             raise InputError(path, "no such file or directory")
@@ -129,14 +130,15 @@ def resolve(paths: list[str]) -> Inputs:
             found = _from_zip(path)
         elif os.path.basename(path) == MANIFEST_NAME:
             with open(path, "rb") as f:
-                found = Inputs([], _parse_manifest(f.read(), path), path)
+                manifest_one, text = _parse_manifest(f.read(), path)
+            found = Inputs([], manifest_one, path, text)
         else:
             found = Inputs([TraceSource(path)])
         sources.extend(found.sources)
         if found.manifest is not None:
             if manifest is not None and found.manifest != manifest:
                 raise InputError(found.manifest_source or path, f"a second, different manifest (first: {manifest_source})")
-            manifest, manifest_source = found.manifest, found.manifest_source
+            manifest, manifest_source, manifest_text = found.manifest, found.manifest_source, found.manifest_text
     if not sources:
         raise InputError(paths[0], "no trace files given (only a manifest)")
     seen: dict[str, TraceSource] = {}
@@ -145,4 +147,4 @@ def resolve(paths: list[str]) -> Inputs:
         if key in seen:
             raise InputError(s.display, "given twice")
         seen[key] = s
-    return Inputs(sources, manifest, manifest_source)
+    return Inputs(sources, manifest, manifest_source, manifest_text)

@@ -79,7 +79,6 @@ def _ignored(ph: str) -> type:
 
 
 _IGNORED = tuple(_ignored(ph) for ph in "BECbnePONDRcVv()")
-IGNORED_TYPES = frozenset(_IGNORED)
 FLOW_TYPES = (FlowStart, FlowStep, FlowEnd)
 AnyEvent = typing.Union[(Slice, Instant, InstantUpper, Meta, FlowStart, FlowStep, FlowEnd) + _IGNORED]
 

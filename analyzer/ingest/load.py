@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from overlapscope.analyzer.ingest.decode import DETAILS, RankData, decode_source
 from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource, resolve
+from overlapscope.contract.manifest import Manifest
 
 
 @dataclass
@@ -25,7 +26,7 @@ class Loaded:
 
     con: object  # duckdb.DuckDBPyConnection
     run_id: int
-    manifest: dict | None
+    manifest: Manifest | None
 
 
 def _workers(n_files: int, workers: int | None) -> int:
@@ -99,13 +100,14 @@ def check_ranks(ranks: list[RankData]) -> None:
 
 
 def load(paths: list[str], con=None, name: str | None = None, tags: dict | None = None,
-         detail: str = "full", workers: int | None = None, on_decoded=None, open_con=None) -> Loaded:
+         detail: str = "full", workers: int | None = None, on_decoded=None, open_con=None, after=None) -> Loaded:
     """Load traces into ``con`` (a new in-memory store when None) as one run.
 
     ``detail`` (decode.DETAILS) chooses how much of each trace is kept: the
     catalog keeps everything; one-shot commands keep what their analysis reads.
     ``open_con`` opens the store instead (a catalog file) once the workers run:
-    an open DuckDB connection makes forking them unsafe.
+    an open DuckDB connection makes forking them unsafe. ``after(con, run_id)``
+    runs inside the insert's transaction (store.database.insert_run).
     """
     inputs: Inputs = resolve(paths)
     opened = {"con": con}
@@ -125,5 +127,6 @@ def load(paths: list[str], con=None, name: str | None = None, tags: dict | None 
     from overlapscope.analyzer.store import database as store
 
     con = opened["con"]
-    run_id = store.insert_run(con, ranks, name or " ".join(paths), " ".join(paths), inputs.manifest, tags)
+    run_id = store.insert_run(con, ranks, name or " ".join(paths), " ".join(paths), inputs.manifest, tags,
+                              after=after, manifest_text=inputs.manifest_text)
     return Loaded(con, run_id, inputs.manifest)

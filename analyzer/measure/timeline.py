@@ -3,9 +3,9 @@
 Runs ``sql/timeline.sql``. A lane is one rank's track (a GPU stream, or a CPU
 thread on gloo traces); its marks are the compute, comm, memcpy and memset
 intervals in the step's window, and ``exposed`` holds the parts of comm that no
-compute of the rank covers (the seed's violet). Lanes with too many marks to
-draw are merged into busy blocks so that the result never holds much more than
-``max_marks`` marks, whatever the trace size (``aggregated`` says when).
+compute of the rank covers. Lanes with too many marks to draw are merged into
+busy blocks so that the result never holds much more than ``max_marks`` marks,
+whatever the trace size (``aggregated`` says when).
 
 Times in the result are milliseconds from each rank's window start (ranks'
 clocks are not aligned; each rank's step starts at 0).
@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from overlapscope.analyzer.store.database import run_script
+from overlapscope.analyzer import sql
+from overlapscope.analyzer.measure.collectives import Collective
+from overlapscope.analyzer.units import NS_PER_MS, ms as _ms
 
-NS_PER_MS = 1e6
 MAX_MARKS = 2000  # about what a browser chart draws without lag
 
 _ATTR_SCHEMA = pa.schema([
@@ -28,59 +29,30 @@ _ATTR_SCHEMA = pa.schema([
 _MARK_KINDS = ("compute", "comm", "memcpy", "memset")
 
 
-def _ms(ns) -> float | None:
-    return None if ns is None else round(ns / NS_PER_MS, 6)
-
-
-def _rows(con, sql: str, params=None) -> list[dict]:
-    cur = con.execute(sql, params or [])
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
-
-
 def steps(con, run_id: int) -> list[dict]:
     """The run's steps that have a device window: step, ranks, longest window (ms)."""
-    rows = _rows(con, """
-        SELECT step, count(*) AS ranks, max(window_end_ns - window_start_ns) AS window_ns
-        FROM steps WHERE run_id = ? AND window_start_ns IS NOT NULL
-        GROUP BY step ORDER BY step""", [run_id])
-    return [{"step": r["step"], "ranks": r["ranks"], "window_ms": _ms(r["window_ns"])} for r in rows]
+    return [{"step": r["step"], "ranks": r["ranks"], "window_ms": _ms(r["window_ns"])}
+            for r in sql.rows(con, "timeline.steps", run_id=run_id)]
 
 
-def _attribution_table(attribution: list[dict], ranks: set[int]) -> pa.Table:
-    """The collectives analysis rows of the shown ranks, as the SQL's _tl_attr."""
-    rows = [r for r in attribution if r["rank"] in ranks]
+def _attribution_table(attribution: list[Collective], ranks: set[int]) -> pa.Table:
+    """The collectives of the shown ranks, as timeline.sql's input ``timeline_attribution``."""
+    rows = [r for r in attribution if r.rank in ranks]
 
-    def ns(ms):
-        return None if ms is None else round(ms * NS_PER_MS)
+    def ns(value_ms):
+        return None if value_ms is None else round(value_ms * NS_PER_MS)
 
     return pa.Table.from_pydict({
-        "rank": [r["rank"] for r in rows],
-        "event_id": [r["event_id"] for r in rows],
-        "coll_kind": [r["kind"] for r in rows],
-        "coll_id": [None if r["id"] is None else str(r["id"]) for r in rows],
-        "phase": [r["phase"] for r in rows],
-        "collective": [r["collective"] for r in rows],
-        "bytes": [r["bytes"] for r in rows],
-        "coll_comm_ns": [ns(r["comm_ms"]) for r in rows],
-        "coll_exposed_ns": [ns(r["exposed_ms"]) for r in rows],
+        "rank": [r.rank for r in rows],
+        "event_id": [r.event_id for r in rows],
+        "coll_kind": [r.kind for r in rows],
+        "coll_id": [None if r.id is None else str(r.id) for r in rows],
+        "phase": [r.phase for r in rows],
+        "collective": [r.collective for r in rows],
+        "bytes": [r.bytes for r in rows],
+        "coll_comm_ns": [ns(r.comm_ms) for r in rows],
+        "coll_exposed_ns": [ns(r.exposed_ms) for r in rows],
     }, schema=_ATTR_SCHEMA)
-
-
-def _register_inputs(con, run_id: int, ranks: list[int] | None, attribution: list[dict]) -> list[int]:
-    if ranks is None:
-        ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank",
-                                           [run_id]).fetchall()]
-    ranks = sorted({int(r) for r in ranks})
-    con.execute("CREATE OR REPLACE TEMP TABLE _tl_ranks (rank INTEGER)")
-    if ranks:
-        con.executemany("INSERT INTO _tl_ranks VALUES (?)", [(r,) for r in ranks])
-    con.register("_tl_attr_in", _attribution_table(attribution, set(ranks)))
-    try:
-        con.execute("CREATE OR REPLACE TEMP TABLE _tl_attr AS SELECT * FROM _tl_attr_in")
-    finally:
-        con.unregister("_tl_attr_in")
-    return ranks
 
 
 def _mark(row: dict, lane: str) -> dict:
@@ -102,35 +74,43 @@ def lane_label(rank: int, track: str) -> str:
 
 
 def timeline(con, run_id: int, step: int, ranks: list[int] | None = None,
-             attribution: list[dict] | None = None, max_marks: int = MAX_MARKS) -> dict:
+             attribution: list[Collective] | None = None, max_marks: int = MAX_MARKS) -> dict:
     """Lanes, marks and exposed comm of ``step`` on ``ranks`` (all ranks when None).
 
-    ``attribution``: the rows of ``collectives.compute`` (or ``buckets_run``'s
-    ``collectives``) when the caller has them; computed here otherwise. Returns
-    ``windows`` (per rank: window, compute, comm and exposed comm in it, ms),
-    ``lanes``, ``marks`` (kind compute/comm/memcpy/memset) and ``exposed``
-    (pieces of comm no compute covers), each mark with ``start_ms``/``end_ms``
-    from its rank's window start, ``marks`` (1, or how many a busy block
-    merged), ``busy_ms`` and, for comm, the bucket or unit (``coll_kind``,
-    ``coll_id``, ``phase``), ``bytes`` and the collective's comm and exposed ms.
+    ``attribution``: the rows of ``collectives.compute`` when the caller has them
+    (the dashboard caches them); computed here otherwise. Returns ``windows`` (per
+    rank: window, compute, comm and exposed comm in it, ms), ``lanes``, ``marks``
+    (kind compute/comm/memcpy/memset) and ``exposed`` (pieces of comm no compute
+    covers), each mark with ``start_ms``/``end_ms`` from its rank's window start,
+    ``marks`` (1, or how many a busy block merged), ``busy_ms`` and, for comm, the
+    bucket or unit (``coll_kind``, ``coll_id``, ``phase``), ``bytes`` and the
+    collective's comm and exposed ms.
     """
     if max_marks < 1:
         raise ValueError(f"max_marks must be >= 1, got {max_marks}")
     if attribution is None:
         from overlapscope.analyzer.measure import collectives
+        from overlapscope.analyzer.store.runinfo import run_info
 
-        attribution = collectives.compute(con, run_id)
-    shown = _register_inputs(con, run_id, ranks, attribution)
-    run_script(con, "timeline.sql", run_id=run_id, step=int(step), max_marks=int(max_marks))
-    raw = con.execute("SELECT count(*) FROM _tl_pieces").fetchone()[0]
-    lanes = _rows(con, "SELECT * FROM timeline_lanes ORDER BY rank, NOT has_compute, track_id")
+        attribution = collectives.compute(con, run_info(con, run_id))
+    if ranks is None:
+        ranks = [r[0] for r in sql.tuples(con, "timeline.ranks", run_id=run_id)]
+    shown = sorted({int(r) for r in ranks})
+    con.register("_tl_attr_in", _attribution_table(attribution, set(shown)))
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE timeline_attribution AS SELECT * FROM _tl_attr_in")
+    finally:
+        con.unregister("_tl_attr_in")
+    sql.ensure(con, "timeline", run_id=run_id, step=int(step), ranks=shown, max_marks=int(max_marks))
+    raw = sql.one(con, "timeline.raw_marks")[0]
+    lanes = sql.rows(con, "timeline.lanes")
     labels = {(r["rank"], r["track_id"]): lane_label(r["rank"], r["track"]) for r in lanes}
-    drawn = _rows(con, "SELECT * FROM timeline_marks")
+    drawn = sql.rows(con, "timeline.marks")
     marks = [_mark(r, labels[(r["rank"], r["track_id"])]) for r in drawn]
     windows = [{"rank": w["rank"], "start_ns": w["start_ns"], "end_ns": w["end_ns"],
                 "window_ms": _ms(w["window_ns"]), "compute_ms": _ms(w["compute_ns"]),
                 "comm_ms": _ms(w["comm_ns"]), "exposed_ms": _ms(w["exposed_ns"])}
-               for w in _rows(con, "SELECT * FROM timeline_summary")]
+               for w in sql.rows(con, "timeline.summary")]
     return {
         "run_id": run_id, "step": int(step), "ranks": shown,
         "windows": windows,

@@ -1,8 +1,8 @@
-"""Compute time and the overlap condition: when does the communication hide?
+"""The overlap condition: when does the communication hide behind compute?
 
-Pure functions, no I/O. Seed ``shared/seed/data-parallelism-zero-fsdp.txt``,
-section 3, "Proposition (tokens that hide the all-reduce)", and the worked
-example (section 4). Notation and units as in ``analyzer.model``.
+Pure functions, no I/O. docs/model.md, "When communication hides" (the
+tokens-per-GPU threshold T >= F/W (N-1)/N and its variants per stage) and "The
+verdict". Notation and units as in ``model.memory``.
 """
 
 from __future__ import annotations
@@ -14,23 +14,14 @@ from overlapscope.analyzer.model.memory import GRAD_BYTES, WEIGHT_BYTES, check_c
 
 # --- compute -------------------------------------------------------------------------
 
-
-def forward_time_s(params: float, tokens: float, flops_per_s: float) -> float:
-    """Forward pass of one micro-batch: 2 Psi T / F seconds (attention scores ignored)."""
-    check_positive("params", params)
-    check_positive("tokens", tokens)
-    check_positive("flops_per_s", flops_per_s)
-    return 2 * params * tokens / flops_per_s
-
-
-def backward_time_s(params: float, tokens: float, flops_per_s: float) -> float:
-    """Backward pass of one micro-batch: 4 Psi T / F seconds."""
-    return 2 * forward_time_s(params, tokens, flops_per_s)
-
-
-def compute_time_s(params: float, tokens: float, flops_per_s: float) -> float:
-    """Forward plus backward of one micro-batch: 6 Psi T / F seconds."""
-    return 3 * forward_time_s(params, tokens, flops_per_s)
+# FLOPs per parameter and token (docs/model.md): the forward pass multiplies once
+# (2), the backward twice (one matmul for the input gradient, one for the weight
+# gradient: 4). Attention scores are left out.
+FORWARD_FLOPS_PER_PARAM = 2
+BACKWARD_FLOPS_PER_PARAM = 4
+# The backward's share of one micro-batch's compute: 4 / (2 + 4). The hiding
+# compute of DDP's all-reduce and of ZeRO's reduce-scatter.
+BACKWARD_SHARE = BACKWARD_FLOPS_PER_PARAM / (FORWARD_FLOPS_PER_PARAM + BACKWARD_FLOPS_PER_PARAM)
 
 
 # --- overlap: tokens that hide the communication ------------------------------------------

@@ -259,16 +259,3 @@ def comm_per_gpu(
         intra_bytes=intra,
         inter_bytes=inter,
     )
-
-
-def allgathers_per_layer(stage: str, accum: int = 1, reshard_after_forward: bool = True) -> int:
-    """How many times per optimizer step each layer's weights are all-gathered.
-
-    ZeRO-3/HSDP: twice per micro-batch (forward and backward), once without
-    resharding after forward; ZeRO-1/2: once per step (the new weights); DDP: never.
-    """
-    check_stage(stage)
-    check_count("accum", accum)
-    if stage in ("zero3", "hsdp"):
-        return (2 if reshard_after_forward else 1) * accum
-    return 0 if stage == "ddp" else 1

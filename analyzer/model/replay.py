@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from overlapscope.analyzer.model.ring import collective_time_s
 
 # --- DDP buckets ---------------------------------------------------------------------
 
@@ -113,37 +112,8 @@ def replay_ddp(buckets: Sequence[Bucket], backward_end_s: float) -> DdpTimeline:
     return DdpTimeline(tuple(spans), backward_end_s)
 
 
-def uniform_ddp_buckets(
-    total_grad_bytes: float,
-    bucket_cap_bytes: float,
-    backward_s: float,
-    gpus: int,
-    busbw_bytes_per_s: float,
-    latency_s: float = 0.0,
-) -> list[Bucket]:
-    """Buckets of a backward pass that produces gradient bytes at a uniform rate.
-
-    Buckets of ``bucket_cap_bytes`` (the last one holds the rest) fill in order;
-    a bucket is ready when the backward pass has produced all of its bytes, so the
-    last bucket is ready when the backward pass ends. Each bucket's all-reduce
-    takes ``collective_time_s('all_reduce', size, gpus, busbw, latency_s)``.
-    The seed's DDP figure uses this model (uniform layers, 25 MB buckets).
-    """
-    if total_grad_bytes <= 0 or bucket_cap_bytes <= 0 or backward_s < 0:
-        raise ValueError("gradient bytes and bucket size must be > 0, backward time >= 0")
-    buckets, filled = [], 0.0
-    while filled < total_grad_bytes:
-        size = min(bucket_cap_bytes, total_grad_bytes - filled)
-        filled += size
-        ready = backward_s * filled / total_grad_bytes
-        comm = collective_time_s("all_reduce", size, gpus, busbw_bytes_per_s, latency_s)
-        buckets.append(Bucket(ready, comm))
-    return buckets
-
-
 # --- FSDP units ------------------------------------------------------------------------
 
-COMPUTE_PHASES = ("forward", "backward")
 COMM_PHASES = ("forward_allgather", "backward_allgather", "reduce_scatter")
 
 

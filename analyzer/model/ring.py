@@ -22,64 +22,16 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-COLLECTIVE_KINDS = (
-    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "send_recv",
-)
-
-# Name fragments (lower case, letters only) that identify a collective, checked in
-# this order: "allreduce" and "reducescatter" before the bare "reduce".
-_KIND_PATTERNS = (
-    ("allreduce", "all_reduce"),
-    ("reducescatter", "reduce_scatter"),
-    ("allgather", "all_gather"),
-    ("alltoall", "all_to_all"),
-    ("broadcast", "broadcast"),
-    ("sendrecv", "send_recv"),
-    ("send", "send_recv"),
-    ("recv", "send_recv"),
-    ("reduce", "reduce"),
-)
-
-
-def normalize_kind(name: str) -> str:
-    """Canonical collective kind of a name such as ``allreduce``, ``_allgather_base``,
-    ``gloo:reduce_scatter`` or ``AllReduce``; one of ``COLLECTIVE_KINDS``.
-
-    Raises ``ValueError`` for a name that names no collective.
-    """
-    letters = re.sub(r"[^a-z]", "", name.lower())
-    for fragment, kind in _KIND_PATTERNS:
-        if fragment in letters:
-            return kind
-    raise ValueError(f"not a collective: {name!r}")
+# The kinds and bus factors are the contract's (shared with the tracer's calibration).
+from overlapscope.contract.collectives import bus_factor, collective_kind
 
 
 def _check_gpus(gpus: int) -> None:
     if not isinstance(gpus, numbers.Integral) or isinstance(gpus, bool) or gpus < 1:
         raise ValueError(f"the number of GPUs must be a positive integer, got {gpus!r}")
-
-
-def bus_factor(kind: str, gpus: int) -> float:
-    """busbw / algbw of nccl-tests for ``kind`` on ``gpus`` ranks (dimensionless).
-
-    - all_reduce: 2(N-1)/N (a reduce-scatter plus an all-gather);
-    - reduce_scatter, all_gather: (N-1)/N;
-    - all_to_all: (N-1)/N (each rank keeps 1/N of its buffer, sends the rest);
-    - broadcast, reduce, send_recv: 1 (nccl-tests' choice: on a pipelined ring
-      every rank but one forwards the whole buffer once).
-    """
-    _check_gpus(gpus)
-    kind = normalize_kind(kind)
-    share = (gpus - 1) / gpus
-    if kind == "all_reduce":
-        return 2.0 * share
-    if kind in ("reduce_scatter", "all_gather", "all_to_all"):
-        return share
-    return 1.0
 
 
 def wire_bytes(kind: str, message_bytes: float, gpus: int) -> float:
@@ -92,20 +44,6 @@ def wire_bytes(kind: str, message_bytes: float, gpus: int) -> float:
     return message_bytes * bus_factor(kind, gpus)
 
 
-def bus_bandwidth_per_s(kind: str, algbw_bytes_per_s: float, gpus: int) -> float:
-    """nccl-tests bus bandwidth (bytes/s) from algorithm bandwidth (message / time)."""
-    return algbw_bytes_per_s * bus_factor(kind, gpus)
-
-
-def alg_bandwidth_per_s(kind: str, busbw_bytes_per_s: float, gpus: int) -> float:
-    """Algorithm bandwidth (message bytes / time, bytes/s) from the bus bandwidth.
-
-    Infinite for a one-rank group of a kind whose bus factor is 0 (nothing moves).
-    """
-    factor = bus_factor(kind, gpus)
-    return math.inf if factor == 0 else busbw_bytes_per_s / factor
-
-
 def ring_latency_s(kind: str, gpus: int, alpha_s: float) -> float:
     """Latency term of a ring collective: hops x alpha (seconds).
 
@@ -114,7 +52,9 @@ def ring_latency_s(kind: str, gpus: int, alpha_s: float) -> float:
     send_recv one.
     """
     _check_gpus(gpus)
-    kind = normalize_kind(kind)
+    kind = collective_kind(kind)
+    if kind is None:
+        raise ValueError("not a collective")
     if kind == "all_reduce":
         hops = 2 * (gpus - 1)
     elif kind == "send_recv":

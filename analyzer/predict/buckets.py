@@ -1,49 +1,80 @@
-"""``buckets``: per-bucket, per-unit and per-phase communication beside the seed's model.
+"""``buckets``: per-bucket, per-unit and per-phase communication beside the data-parallel model.
 
-Composes the attribution (collectives), the measurement of F and W (measure),
-the predictions (predict) and the seed's verdict (model_overlap) into the JSON
-contract: ``collectives``, ``summary``, ``steps`` and per-step ``model`` objects.
+``analysis`` composes the measurement (overlap, collectives, F and W from the
+trace) with the model's predictions and verdicts into one typed ``RunAnalysis``,
+computed once; ``report`` turns it into the JSON contract of ``buckets``
+(``collectives``, ``summary``, ``steps``, ``model``, ``measured``, ``memory``),
+and the checklist reads the same object.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 
-from overlapscope.analyzer.measure import collectives, rates as measure, overlap
-from overlapscope.analyzer.predict import exposure as predict
+from overlapscope.analyzer import sql
 from overlapscope.analyzer.ingest.dtypes import itemsize
-from overlapscope.analyzer.model.memory import model_state_bytes
+from overlapscope.analyzer.measure import collectives, overlap, rates
+from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.model.hide import overlap_verdict
-from overlapscope.analyzer.store.runinfo import manifest as manifest_of
+from overlapscope.analyzer.model.memory import model_state_bytes
+from overlapscope.analyzer.predict import exposure
+from overlapscope.analyzer.store.runinfo import RunInfo, run_info
 
-INTERNAL_KEYS = ("start_ns", "launch_ts_ns", "instance")
 STAGE_OF = {"ddp": "ddp", "fsdp": "zero3", "hsdp": "zero3"}
+CPU_CAVEAT = ("CPU-only run: gloo's threads share the CPU cores with compute, so communication overlaps "
+              "compute less than the model assumes (on GPUs it runs on NICs and copy engines)")
 
 
-def _stage(manifest: dict, rows: list[dict]) -> str | None:
-    if manifest.get("parallelism") in STAGE_OF:
-        return STAGE_OF[manifest["parallelism"]]
-    kinds = {r["kind"] for r in rows}
+@dataclass(frozen=True)
+class RunAnalysis:
+    """Everything the buckets report and the checklist read about one run, computed once."""
+
+    info: RunInfo
+    overlap: dict  # measure.overlap.compute: ranks and steps rows (JSON contract of analyze)
+    collectives: list[Collective]  # with the model's predictions
+    sources: dict  # F and W from the trace and the calibration, and which ones the model uses
+    stage: str | None  # ddp or zero3
+    grad_bytes: float  # bytes per reduced gradient element
+    steps: list[dict]  # per step: measured comm beside the prediction
+    model: list[dict]  # per step: F, W, T, tokens to hide, verdict
+    memory: list[dict]  # per rank: measured peak beside the model states
+    tokens: float | None  # tokens per GPU per micro-batch (given, or the manifest's)
+
+    @property
+    def device_kind(self) -> str:
+        return self.info.device_kind
+
+    @property
+    def world(self) -> int | None:
+        return self.info.world_size
+
+
+def _stage(info: RunInfo, rows: list[Collective]) -> str | None:
+    if info.parallelism in STAGE_OF:
+        return STAGE_OF[info.parallelism]
+    kinds = {r.kind for r in rows}
     return "zero3" if "fsdp_unit" in kinds else "ddp" if "ddp_bucket" in kinds else None
 
 
-def _grad_bytes(manifest: dict, rows: list[dict]) -> float:
+def _grad_bytes(info: RunInfo, rows: list[Collective]) -> float:
     """Bytes per reduced gradient element: the manifest's reduce dtype, else the trace's."""
-    size = itemsize((manifest.get("reduce_dtype") or "").replace("torch.", ""))
+    size = itemsize((info.manifest.reduce_dtype or "").replace("torch.", ""))
     if size:
         return float(size)
-    sizes = [itemsize(r["dtype"]) for r in rows if r["phase"] in ("allreduce", "reduce_scatter") and r["dtype"]]
+    sizes = [itemsize(r.dtype) for r in rows if r.phase in ("allreduce", "reduce_scatter") and r.dtype]
     sizes = [s for s in sizes if s]
     return float(statistics.median(sizes)) if sizes else 2.0
 
 
-def _sources(con, run_id: int, manifest: dict, rows: list[dict]) -> dict:
+def _sources(con, info: RunInfo, rows: list[Collective]) -> dict:
     """F and W from the trace and from the tracer's calibration; which ones the model uses."""
-    f_trace = measure.flops_per_s(con, run_id)
-    w_trace = measure.bandwidth(rows)
-    cal = manifest.get("calibration") or {}
-    f_cal, w_cal = cal.get("flops_per_s"), cal.get("bus_bandwidth_bytes_per_s")
+    f_trace = rates.flops_per_s(con, info.run_id, info.device_kind)
+    w_trace = rates.bandwidth(rows)
+    cal = info.manifest.calibration
+    f_cal = cal.flops_per_s if cal else None
+    w_cal = cal.bus_bandwidth_bytes_per_s if cal else None
     w_used = w_cal or w_trace["bus_bandwidth_bytes_per_s"]
     return {
         "flops_per_s_trace": f_trace["flops_per_s"],
@@ -51,10 +82,10 @@ def _sources(con, run_id: int, manifest: dict, rows: list[dict]) -> dict:
         "bus_bandwidth_bytes_per_s_trace": w_trace["bus_bandwidth_bytes_per_s"],
         "bus_bandwidth_bytes_per_s_calibration": w_cal,
         # latency term of one collective, fitted on this trace's small collectives given W
-        "latency_s": measure.latency(rows, w_used)["latency_s"],
+        "latency_s": rates.latency(rows, w_used)["latency_s"],
         # the model uses the calibration when there is one (measured apart from the run)
         "flops_per_s": f_cal or f_trace["flops_per_s"],
-        "bus_bandwidth_bytes_per_s": w_cal or w_trace["bus_bandwidth_bytes_per_s"],
+        "bus_bandwidth_bytes_per_s": w_used,
         "flops_source": "calibration" if f_cal else ("trace" if f_trace["flops_per_s"] else None),
         "bandwidth_source": "calibration" if w_cal else ("trace" if w_trace["bus_bandwidth_bytes_per_s"] else None),
         "matmul_ops": f_trace["matmul_ops"],
@@ -62,54 +93,28 @@ def _sources(con, run_id: int, manifest: dict, rows: list[dict]) -> dict:
     }
 
 
-def _summary(rows: list[dict]) -> list[dict]:
-    """Per (kind, id, phase) over ranks and steps: means and the median bus bandwidth."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
-        groups[(r["kind"], r["id"], r["phase"])].append(r)
-
-    def mean(key, items):
-        vals = [i[key] for i in items if i[key] is not None]
-        return round(statistics.fmean(vals), 6) if vals else None
-
-    out = []
-    for (kind, id_, phase), items in groups.items():
-        bws = [i["busbw_gbps"] for i in items if i["busbw_gbps"] is not None]
-        out.append({
-            "kind": kind, "id": id_, "phase": phase, "count": len(items),
-            "bytes": items[0]["bytes"], "comm_ms": mean("comm_ms", items), "exposed_ms": mean("exposed_ms", items),
-            "hidden_ms": round(mean("comm_ms", items) - mean("exposed_ms", items), 6),
-            "busbw_gbps": round(statistics.median(bws), 4) if bws else None,
-            "predicted_comm_ms": mean("predicted_comm_ms", items),
-            "predicted_exposed_ms": mean("predicted_exposed_ms", items),
-            "inferred": any(i["inferred"] for i in items),
-        })
-    return sorted(out, key=lambda s: -(s["exposed_ms"] or 0))
+def _missing(f, w, tokens, stage) -> str:
+    lacking = [n for n, v in (("F (no FLOP counts or calibration)", f), ("W (no collective sizes or calibration)", w),
+                              ("tokens per micro-batch (use --tokens)", tokens), ("a DDP/FSDP stage", stage)) if not v]
+    return "cannot judge: missing " + ", ".join(lacking)
 
 
-CPU_CAVEAT = ("CPU-only run: gloo's threads share the CPU cores with compute, so communication overlaps "
-              "compute less than the model assumes (on GPUs it runs on NICs and copy engines)")
-
-
-def _per_step(rows: list[dict], overlap_steps: list[dict], sources: dict, manifest: dict,
-              world: int, tokens: float | None, stage: str | None, grad_bytes: float,
-              device_kind: str = "gpu") -> tuple[list, list]:
+def _per_step(rows: list[Collective], overlap_steps: list[dict], sources: dict, info: RunInfo,
+              tokens: float | None, stage: str | None, grad_bytes: float) -> tuple[list, list]:
     """Per-step comm beside its prediction, and the per-step model objects (verdicts)."""
-    by_step: dict[tuple, list[dict]] = defaultdict(list)
+    by_step: dict[tuple, list[Collective]] = defaultdict(list)
     for r in rows:
-        by_step[(r["rank"], r["step"])].append(r)
-    steps, models = [], []
+        by_step[(r.rank, r.step)].append(r)
     f, w = sources["flops_per_s"], sources["bus_bandwidth_bytes_per_s"]
-    tokens = tokens or manifest.get("tokens_per_microbatch")
-    mesh = (manifest.get("mesh") or {}).get("shape") if isinstance(manifest.get("mesh"), dict) else None
-    gpus = int(mesh[-1]) if manifest.get("parallelism") == "hsdp" and mesh else world
+    gpus = info.manifest.data_parallel_gpus(info.world_size)
     verdict = None
     if f and w and tokens and stage and gpus and gpus > 1:
         verdict = overlap_verdict(tokens, f, w, gpus=gpus, stage=stage, grad_bytes=grad_bytes)
+    steps, models = [], []
     for s in overlap_steps:
         items = by_step.get((s["rank"], s["step"]), [])
-        pc = [i["predicted_comm_ms"] for i in items if i["predicted_comm_ms"] is not None]
-        pe = [i["predicted_exposed_ms"] for i in items if i["predicted_exposed_ms"] is not None]
+        pc = [i.predicted_comm_ms for i in items if i.predicted_comm_ms is not None]
+        pe = [i.predicted_exposed_ms for i in items if i.predicted_exposed_ms is not None]
         steps.append({
             "rank": s["rank"], "step": s["step"], "step_ms": s["step_ms"], "comm_ms": s["comm_ms"],
             "exposed_comm_ms": s["exposed_comm_ms"], "collectives": len(items),
@@ -125,55 +130,63 @@ def _per_step(rows: list[dict], overlap_steps: list[dict], sources: dict, manife
             "comm_to_compute_ratio": round(verdict.ratio, 4) if verdict else None,
             "verdict": verdict.verdict if verdict else None,
             "reason": verdict.reason if verdict else _missing(f, w, tokens, stage),
-            "caveat": CPU_CAVEAT if device_kind == "cpu" else None,
+            "caveat": CPU_CAVEAT if info.device_kind == "cpu" else None,
         })
     return steps, models
 
 
-def _missing(f, w, tokens, stage) -> str:
-    lacking = [n for n, v in (("F (no FLOP counts or calibration)", f), ("W (no collective sizes or calibration)", w),
-                              ("tokens per micro-batch (use --tokens)", tokens), ("a DDP/FSDP stage", stage)) if not v]
-    return "cannot judge: missing " + ", ".join(lacking)
-
-
-def _memory(con, run_id: int, manifest: dict, stage: str | None, world: int) -> list[dict]:
+def _memory(con, info: RunInfo, stage: str | None) -> list[dict]:
     """Measured peak allocated memory per rank beside the model states of the run's stage."""
-    peaks = con.execute("""
-        SELECT rank, max(total_allocated_bytes) AS peak, max(total_reserved_bytes) AS reserved
-        FROM memory WHERE run_id = ? GROUP BY rank ORDER BY rank""", [run_id]).fetchall()
-    params = manifest.get("params")
+    params = info.manifest.params
     model_bytes = None
     if params and stage in ("ddp", "zero1", "zero2", "zero3"):
-        model_bytes = model_state_bytes(stage, params, world)
-    return [{"rank": rank, "peak_allocated_bytes": peak, "peak_reserved_bytes": reserved,
-             "model_state_bytes": model_bytes, "stage": stage} for rank, peak, reserved in peaks]
+        model_bytes = model_state_bytes(stage, params, info.world_size)
+    return [{**peak, "model_state_bytes": model_bytes, "stage": stage}
+            for peak in sql.rows(con, "predict.memory_peaks", run_id=info.run_id)]
 
 
-def context(con, run_id: int, tokens: float | None = None) -> dict:
-    """Everything the buckets and diagnose analyses read, computed once.
-
-    Keys: overlap (ranks, steps), rows (collectives, with internal keys),
-    manifest, device_kind, world, sources (F, W), stage, grad_bytes, steps and
-    model (per step), memory.
-    """
+def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
+    """Measure the run, predict it with the model, and hold both side by side."""
+    info = run_info(con, run_id)
     ov = overlap.compute(con, run_id)
-    rows = collectives.compute(con, run_id, overlap_done=True)
-    manifest = manifest_of(con, run_id)
-    device_kind, world = con.execute("SELECT device_kind, world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    sources = _sources(con, run_id, manifest, rows)
-    predict.predict_comm(rows, sources["bus_bandwidth_bytes_per_s"], sources["latency_s"])
-    predict.predict_exposed(con, run_id, rows, device_kind, manifest)
-    stage = _stage(manifest, rows)
-    grad_bytes = _grad_bytes(manifest, rows)
-    steps, models = _per_step(rows, ov["steps"], sources, manifest, world, tokens, stage, grad_bytes, device_kind)
-    return {"overlap": ov, "rows": rows, "manifest": manifest, "device_kind": device_kind, "world": world,
-            "sources": sources, "stage": stage, "grad_bytes": grad_bytes, "steps": steps, "model": models,
-            "memory": _memory(con, run_id, manifest, stage, world), "tokens": tokens}
+    rows = collectives.compute(con, info)
+    sources = _sources(con, info, rows)
+    rows = exposure.predict_comm(rows, sources["bus_bandwidth_bytes_per_s"], sources["latency_s"])
+    rows = exposure.predict_exposed(con, info, rows)
+    stage = _stage(info, rows)
+    grad_bytes = _grad_bytes(info, rows)
+    tokens = tokens or info.manifest.tokens_per_microbatch
+    steps, models = _per_step(rows, ov["steps"], sources, info, tokens, stage, grad_bytes)
+    return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens)
 
 
-def compute(con, run_id: int, tokens: float | None = None) -> dict:
-    """The whole ``buckets`` result for a stored run (the JSON contract)."""
-    ctx = context(con, run_id, tokens)
-    rows = [{k: v for k, v in r.items() if k not in INTERNAL_KEYS} for r in ctx["rows"]]
-    return {"collectives": rows, "summary": _summary(rows), "steps": ctx["steps"], "model": ctx["model"],
-            "measured": ctx["sources"], "memory": ctx["memory"]}
+def summary(rows: list[Collective]) -> list[dict]:
+    """Per (kind, id, phase) over ranks and steps: means and the median bus bandwidth; most exposed first."""
+    groups: dict[tuple, list[Collective]] = defaultdict(list)
+    for r in rows:
+        groups[(r.kind, r.id, r.phase)].append(r)
+
+    def mean(values) -> float | None:
+        values = [v for v in values if v is not None]
+        return round(statistics.fmean(values), 6) if values else None
+
+    out = []
+    for (kind, id_, phase), items in groups.items():
+        bws = [i.busbw_gbps for i in items if i.busbw_gbps is not None]
+        comm, exposed = mean(i.comm_ms for i in items), mean(i.exposed_ms for i in items)
+        out.append({
+            "kind": kind, "id": id_, "phase": phase, "count": len(items),
+            "bytes": items[0].bytes, "comm_ms": comm, "exposed_ms": exposed,
+            "hidden_ms": round(comm - exposed, 6),
+            "busbw_gbps": round(statistics.median(bws), 4) if bws else None,
+            "predicted_comm_ms": mean(i.predicted_comm_ms for i in items),
+            "predicted_exposed_ms": mean(i.predicted_exposed_ms for i in items),
+            "inferred": any(i.inferred for i in items),
+        })
+    return sorted(out, key=lambda s: -(s["exposed_ms"] or 0))
+
+
+def report(a: RunAnalysis) -> dict:
+    """The ``buckets`` result (the JSON contract, without ``run``)."""
+    return {"collectives": collectives.as_json(a.collectives), "summary": summary(a.collectives),
+            "steps": a.steps, "model": a.model, "measured": a.sources, "memory": a.memory}

@@ -1,1 +1,157 @@
-"""Named SQL over the store: the schema, the interval algebra and every analysis."""
+"""Named SQL over the store: every query of the analyzer lives in this folder.
+
+Two kinds of file:
+
+- **Scripts** (``<name>.sql``) build documented tables on a connection. A header
+  of ``--`` lines declares, before any statement::
+
+      -- params:   run_id             variables the script reads with getvariable()
+      -- requires: overlap            scripts whose tables it reads (run first)
+      -- inputs:   timeline_attribution   tables the caller registers (documented there)
+      -- provides: collective_stats   the tables other code may read
+
+  ``ensure(con, "collectives", run_id=3)`` runs what a script requires, then the
+  script, once per connection and parameters: a temp table (``_sql_done``)
+  remembers what ran, and running a script again with other parameters forgets
+  everything that depends on it. No caller passes "already done" flags. A
+  script with inputs runs on every call (its inputs may be new).
+- **Query files** (``queries/<group>.sql``) hold named SELECTs, each after a
+  ``-- name: <name>`` line; ``rows(con, "<group>.<name>", **params)`` runs one
+  with ``$param`` placeholders and returns dicts.
+
+``schema.sql`` (the store's tables) and ``intervals.sql`` (the interval algebra,
+as macros) are applied when a connection opens (``store.database.connect``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+_HEADER = re.compile(r"^--\s*(params|requires|inputs|provides):\s*(.*)$")
+_NAME = re.compile(r"^--\s*name:\s*([\w.]+)\s*$", re.M)
+SETUP = ("schema", "intervals")  # applied by connect(), never by ensure()
+
+
+@dataclass(frozen=True)
+class Script:
+    """One script and what its header declares."""
+
+    name: str
+    text: str
+    params: tuple[str, ...]
+    requires: tuple[str, ...]
+    inputs: tuple[str, ...]
+    provides: tuple[str, ...]
+
+
+def text(name: str) -> str:
+    """The text of ``<name>.sql`` in this folder."""
+    return resources.files(__name__).joinpath(f"{name}.sql").read_text()
+
+
+@functools.cache
+def script(name: str) -> Script:
+    """A script with its parsed header (the leading ``--`` lines)."""
+    body = text(name)
+    declared: dict[str, tuple[str, ...]] = {"params": (), "requires": (), "inputs": (), "provides": ()}
+    for line in body.splitlines():
+        if not line.startswith("--"):
+            if line.strip():
+                break
+            continue
+        m = _HEADER.match(line)
+        if m:
+            words = tuple(w.strip() for w in re.split(r"[,\s]+", m.group(2)) if w.strip() and w.strip() != "-")
+            declared[m.group(1)] = declared[m.group(1)] + words
+    return Script(name, body, **declared)
+
+
+def _dependents(name: str, done: list[str]) -> set[str]:
+    """Scripts among ``done`` that read (directly or not) what ``name`` provides."""
+    out: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for other in done:
+            if other not in out and other != name and any(r == name or r in out for r in script(other).requires):
+                out.add(other)
+                changed = True
+    return out
+
+
+def _done(con) -> dict[str, str]:
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS _sql_done (script VARCHAR PRIMARY KEY, params VARCHAR)")
+    return dict(con.execute("SELECT script, params FROM _sql_done").fetchall())
+
+
+def ensure(con, name: str, /, **params) -> None:
+    """Run script ``name`` (and what it requires) unless it already ran with ``params``.
+
+    Each script gets the parameters its header names; a missing one is an error.
+    """
+    s = script(name)
+    for required in s.requires:
+        ensure(con, required, **{k: v for k, v in params.items() if k in script(required).params})
+    mine = {k: params[k] for k in s.params if k in params}
+    missing = [p for p in s.params if p not in params]
+    if missing:
+        raise TypeError(f"sql script {name!r} needs {', '.join(missing)}")
+    key = json.dumps(mine, sort_keys=True, default=str)
+    done = _done(con)
+    # a script with inputs runs every time: the caller may have registered new ones
+    if not s.inputs and done.get(name) == key and all(r in done for r in s.requires):
+        return
+    for table in s.inputs:
+        found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? UNION ALL "
+                            "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [table, table]).fetchall()
+        if not any(n for (n,) in found):
+            raise RuntimeError(f"sql script {name!r} reads {table!r}, which the caller must register first")
+    for key_name, value in mine.items():
+        con.execute(f"SET VARIABLE {key_name} = ?", [value])
+    con.execute(s.text)
+    stale = _dependents(name, list(done))
+    if stale:
+        con.execute("DELETE FROM _sql_done WHERE list_contains(?, script)", [sorted(stale)])
+    con.execute("INSERT OR REPLACE INTO _sql_done VALUES (?, ?)", [name, key])
+
+
+@functools.cache
+def _queries(group: str) -> dict[str, str]:
+    body = resources.files(__name__).joinpath("queries", f"{group}.sql").read_text()
+    parts = _NAME.split(body)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def query(name: str) -> str:
+    """The text of a named query: ``"<group>.<name>"``."""
+    group, _, short = name.partition(".")
+    try:
+        return _queries(group)[short]
+    except KeyError:
+        raise KeyError(f"no query {name!r} in analyzer/sql/queries/{group}.sql") from None
+
+
+def rows(con, name: str, /, **params) -> list[dict]:
+    """A named query's rows as dicts (``$name`` placeholders take ``params``)."""
+    cur = con.execute(query(name), params or None)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def tuples(con, name: str, /, **params) -> list[tuple]:
+    """A named query's rows as tuples."""
+    return con.execute(query(name), params or None).fetchall()
+
+
+def one(con, name: str, /, **params):
+    """The first row of a named query as a tuple (None when it returns none)."""
+    return con.execute(query(name), params or None).fetchone()
+
+
+def scripts() -> list[str]:
+    """Every script in this folder (the setup files included)."""
+    return sorted(p.name[:-4] for p in resources.files(__name__).iterdir() if p.name.endswith(".sql"))

@@ -1,16 +1,28 @@
+-- params: run_id
+-- requires: overlap
+-- provides: collective_stats
+--
 -- Per-collective attribution: which bucket or unit each transfer belongs to, in
--- which phase, its bytes, comm time, exposed time and bus bandwidth.
--- Inputs: getvariable('run_id'); temp tables from overlap.sql (_ov_u); and, from
--- analyzer/collectives.py, _co_roles(name, role, arg) (annotation_role() of every
--- range name, so that name patterns stay in classify.py), _co_families(collective,
--- family, kind) and _co_settings(ddp BOOLEAN, bus_factor_*).
--- Output: temp table collective_stats.
+-- which phase, its bytes, comm time, exposed time and bus bandwidth inputs.
+-- Reads the stored classification (collectives.kind and family, annotation_roles,
+-- runs.parallelism: ingest/classify.py holds every name pattern) and overlap.sql's
+-- compute_union.
+--
+-- collective_stats: one row per transfer (GPU collective kernel or gloo span):
+--   rank, step, event_id, kind ('ddp_bucket', 'fsdp_unit', 'other'), id (bucket
+--   index, unit FQN, or the collective for 'other'), phase, inferred (id read from
+--   the order of the collectives, not from an annotation), microbatch, collective
+--   (canonical kind), bytes (full buffer), shard_only (bytes are an all-gather's
+--   shard: multiply by the group size), dtype, group_size, pg_name, ts_ns, end_ns,
+--   comm_ns, cpu_launch_ts_ns, offset_ns (start within its step's window),
+--   exposed_ns (its share of the rank's exposed comm: time shared by concurrent
+--   transfers is split equally, so the rank's rows add up to its exposed comm).
 
 -- _co_transfer: every comm transfer (GPU collective kernel or gloo span).
 CREATE OR REPLACE TEMP TABLE _co_transfer AS
 SELECT e.rank, e.event_id, e.step, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns, e.name,
        e.correlation, e.launch_ts_ns, r.device_kind,
-       c.collective, c.elements, c.min_elements, c.bytes, c.dtype, c.group_size, c.pg_name
+       c.kind AS coll_kind, c.family, c.elements, c.min_elements, c.bytes, c.dtype, c.group_size, c.pg_name
 FROM events e
 JOIN ranks r USING (run_id, rank)
 LEFT JOIN collectives c USING (run_id, rank, event_id)
@@ -31,22 +43,22 @@ WHERE t.device_kind = 'gpu';
 -- output and shard; gloo runs a reduce-scatter as an all_reduce span).
 CREATE OR REPLACE TEMP TABLE _co_launch_cpu AS
 WITH spans AS (
-    SELECT t.rank, t.event_id, f.family, t.min_elements AS elements,
-           row_number() OVER (PARTITION BY t.rank, f.family, t.min_elements ORDER BY t.ts_ns, t.event_id) AS k
-    FROM _co_transfer t JOIN _co_families f USING (collective)
-    WHERE t.device_kind = 'cpu'
+    SELECT t.rank, t.event_id, t.family, t.min_elements AS elements,
+           row_number() OVER (PARTITION BY t.rank, t.family, t.min_elements ORDER BY t.ts_ns, t.event_id) AS k
+    FROM _co_transfer t
+    WHERE t.device_kind = 'cpu' AND t.family IS NOT NULL
 ), launches AS (
     SELECT e.rank, e.event_id AS launch_id, e.track_id AS launch_track, e.ts_ns AS launch_ts_ns,
-           e.ts_ns + e.dur_ns AS launch_end_ns, f.family, f.kind,
+           e.ts_ns + e.dur_ns AS launch_end_ns, c.family, c.kind,
            c.elements AS full_elements, c.bytes AS full_bytes, c.dtype, c.min_elements AS launch_min_elements,
-           CASE WHEN f.family = 'gather' THEN c.min_elements ELSE c.elements END AS elements,
-           row_number() OVER (PARTITION BY e.rank, f.family,
-                              CASE WHEN f.family = 'gather' THEN c.min_elements ELSE c.elements END
+           CASE WHEN c.family = 'gather' THEN c.min_elements ELSE c.elements END AS elements,
+           row_number() OVER (PARTITION BY e.rank, c.family,
+                              CASE WHEN c.family = 'gather' THEN c.min_elements ELSE c.elements END
                               ORDER BY e.ts_ns, e.event_id) AS k
     FROM events e
     JOIN collectives c USING (run_id, rank, event_id)
-    JOIN _co_families f USING (collective)
     WHERE e.run_id = getvariable('run_id') AND e.kind = 'comm_launch' AND e.name LIKE 'c10d::%'
+      AND c.family IS NOT NULL
 )
 SELECT s.rank, s.event_id, l.launch_id, l.launch_track, l.launch_ts_ns, l.launch_end_ns,
        l.kind AS launch_kind, l.full_elements, l.full_bytes,
@@ -63,11 +75,17 @@ FROM _co_launch_gpu
 UNION ALL
 SELECT * FROM _co_launch_cpu;
 
--- _co_ranges: the ranges that attribution reads, with their role (from _co_roles).
+-- _co_ranges: the ranges that attribution reads, with their stored role.
 CREATE OR REPLACE TEMP TABLE _co_ranges AS
 SELECT e.rank, e.track_id, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, r.role, r.arg
-FROM events e JOIN _co_roles r USING (name)
+FROM events e JOIN annotation_roles r USING (run_id, rank, name)
 WHERE e.run_id = getvariable('run_id') AND e.kind IN ('annotation', 'cpu_op', 'comm_launch');
+
+-- _co_ddp: is this a DDP run? The manifest says so, else the trace shows DDP's forward range.
+CREATE OR REPLACE TEMP TABLE _co_ddp AS
+SELECT coalesce((SELECT parallelism = 'ddp' FROM runs WHERE run_id = getvariable('run_id')),
+                EXISTS (SELECT 1 FROM annotation_roles
+                        WHERE run_id = getvariable('run_id') AND role = 'ddp_forward')) AS ddp;
 
 -- _co_context: per transfer, what its launch sits inside (innermost wins).
 CREATE OR REPLACE TEMP TABLE _co_context AS
@@ -88,22 +106,20 @@ GROUP BY ALL;
 -- _co_attr: kind, id and phase of each transfer.
 CREATE OR REPLACE TEMP TABLE _co_attr AS
 WITH base AS (
-    SELECT t.*, l.launch_id, l.launch_ts_ns AS cpu_launch_ts_ns,
-           coalesce(l.launch_kind, lf.kind, f.kind) AS coll_kind,
+    SELECT t.* REPLACE (coalesce(l.launch_kind, x.launch_collective, t.coll_kind) AS coll_kind),
+           l.launch_id, l.launch_ts_ns AS cpu_launch_ts_ns,
            coalesce(l.full_bytes, t.bytes) AS nbytes, coalesce(l.shard_only, false) AS shard_only,
            x.bucket, x.microbatch, x.gather_unit, x.reduce_unit,
            coalesce(x.in_backward, false) AS in_backward, coalesce(x.in_fsdp, false) AS in_fsdp
     FROM _co_transfer t
     LEFT JOIN _co_launch l USING (rank, event_id)
     LEFT JOIN _co_context x USING (rank, event_id)
-    LEFT JOIN _co_families f USING (collective)
-    LEFT JOIN _co_families lf ON lf.collective = x.launch_collective
 ), tagged AS (
     SELECT *,
         CASE WHEN bucket IS NOT NULL THEN 'ddp_bucket'
              WHEN gather_unit IS NOT NULL OR reduce_unit IS NOT NULL THEN 'fsdp_unit'
              WHEN in_fsdp AND coll_kind IN ('all_gather', 'reduce_scatter') THEN 'fsdp_unit'
-             WHEN (SELECT ddp FROM _co_settings) AND coll_kind = 'all_reduce' THEN 'ddp_bucket'
+             WHEN (SELECT ddp FROM _co_ddp) AND coll_kind = 'all_reduce' THEN 'ddp_bucket'
              ELSE 'other' END AS kind,
         CASE WHEN coll_kind = 'all_gather' THEN
                   CASE WHEN in_backward THEN 'backward_allgather' ELSE 'forward_allgather' END
@@ -124,27 +140,19 @@ SELECT *,
          ELSE coalesce(coll_kind, name) END AS id
 FROM tagged;
 
--- _co_g: exposed time shared out over concurrent transfers. Elementary segments
--- between every transfer edge and compute-union edge; a segment with c transfers
--- running and no compute gives each of them 1/c of its length. G(t), the share
--- accumulated up to t, makes each transfer's exposed time G(end) - G(start): the
--- per-collective figures add up to the rank's exposed comm exactly.
+-- _co_g: exposed time shared out over concurrent transfers (interval_sweep):
+-- in an elementary segment with c transfers running (layer 0) and no compute
+-- (layer 1: compute_union), each transfer gets 1/c of its length. G(t), the
+-- share accumulated up to t, makes each transfer's exposed time G(end) - G(start):
+-- the per-collective figures add up to the rank's exposed comm exactly.
+CREATE OR REPLACE TEMP TABLE _co_sweep_src AS
+SELECT rank AS grp, ts_ns, end_ns, 0 AS layer FROM _co_transfer
+UNION ALL
+SELECT rank, ts_ns, end_ns, 1 FROM compute_union;
 CREATE OR REPLACE TEMP TABLE _co_g AS
-WITH edges AS (
-    SELECT rank, ts_ns AS t, 1 AS dc, 0 AS dk FROM _co_transfer
-    UNION ALL SELECT rank, end_ns, -1, 0 FROM _co_transfer
-    UNION ALL SELECT rank, ts_ns, 0, 1 FROM _ov_u WHERE step IS NULL AND what = 'compute'
-    UNION ALL SELECT rank, end_ns, 0, -1 FROM _ov_u WHERE step IS NULL AND what = 'compute'
-), points AS (
-    SELECT rank, t, sum(dc) AS dc, sum(dk) AS dk FROM edges GROUP BY rank, t
-), running AS (
-    SELECT rank, t AS ts_ns, lead(t) OVER (PARTITION BY rank ORDER BY t) AS end_ns,
-           sum(dc) OVER (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING) AS c,
-           sum(dk) OVER (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING) AS k
-    FROM points
-), rated AS (
-    SELECT rank, ts_ns, end_ns, CASE WHEN c > 0 AND k = 0 THEN 1.0 / c ELSE 0.0 END AS rate
-    FROM running WHERE end_ns IS NOT NULL
+WITH rated AS (
+    SELECT grp AS rank, ts_ns, end_ns, CASE WHEN n0 > 0 AND n1 = 0 THEN 1.0 / n0 ELSE 0.0 END AS rate
+    FROM interval_sweep('_co_sweep_src')
 )
 SELECT rank, ts_ns, end_ns, rate,
        coalesce(sum(rate * (end_ns - ts_ns)) OVER (PARTITION BY rank ORDER BY ts_ns

@@ -1,12 +1,24 @@
--- Interval algebra, written once and reused by every analysis (as Perfetto's
--- _interval_intersect!). Intervals are half-open [ts_ns, end_ns), int64 ns.
--- GPU kernels on one stream may overlap: nothing here assumes nesting.
+-- Interval algebra, written once and used by every analysis (overlap, collectives,
+-- timeline, the checklist), as Perfetto's _interval_intersect!. Intervals are
+-- half-open [ts_ns, end_ns), int64 ns, in groups (grp: any type; analyses pack
+-- rank, step and what into one BIGINT where speed matters). Nothing here assumes
+-- nesting: GPU kernels on one stream may overlap.
+--
+--   union         interval_union(src)            disjoint islands
+--                 interval_pieces(src)           the same set as disjoint pieces that may touch (faster)
+--   coverage      interval_cumulative(src)       a disjoint set ready for O(log n) coverage lookups,
+--                 covered_ns(...)                with covered_ns: length covered up to t
+--   intersection  interval_intersect(a, b)       the parts of a's intervals inside b (b disjoint)
+--                 overlap_ns(...)                length of the intersection of two intervals
+--   gaps          interval_gaps(src, bounds)     each group's bounds minus the union of src
+--   subtraction   interval_intersect(a, interval_gaps(b, hull of a)): a minus b
+--   sweep         interval_sweep(src)            elementary segments with how many intervals of
+--                                                each layer run in them
+-- Macro arguments are table or view names (strings).
 
--- interval_union(src): the union of the intervals of each group.
--- src: name of a table or view with columns grp (any type, e.g. a STRUCT of
--- rank/step/kind), ts_ns, end_ns. Returns disjoint, non-touching intervals
--- (grp, ts_ns, end_ns). An interval starts a new island when it begins after
--- every earlier interval of its group has ended.
+-- interval_union(src): the union of each group's intervals as islands.
+-- src: grp, ts_ns, end_ns. An interval starts a new island when it begins after
+-- every earlier interval of its group has ended. Returns grp, ts_ns, end_ns.
 CREATE OR REPLACE MACRO interval_union(src) AS TABLE
 WITH ordered AS (
     SELECT grp, ts_ns, end_ns,
@@ -61,3 +73,58 @@ FROM query_table(src);
 -- interval_cumulative that an ASOF join found for t (0 when none).
 CREATE OR REPLACE MACRO covered_ns(t, ts_ns, end_ns, before_ns) AS
     coalesce(before_ns + least(t - ts_ns, end_ns - ts_ns), 0);
+
+-- interval_intersect(a, b): every part of an interval of a that lies inside an
+-- interval of b of the same group, with a's other columns. b must be disjoint
+-- (a union, gaps); a may overlap itself. A plain range join, which DuckDB plans
+-- as an inequality join.
+CREATE OR REPLACE MACRO interval_intersect(a, b) AS TABLE
+SELECT x.* REPLACE (greatest(x.ts_ns, y.ts_ns) AS ts_ns, least(x.end_ns, y.end_ns) AS end_ns)
+FROM query_table(a) x
+JOIN query_table(b) y ON x.grp = y.grp AND x.ts_ns < y.end_ns AND y.ts_ns < x.end_ns;
+
+-- interval_gaps(src, bounds): each group's bounds (one row per grp: ts_ns, end_ns)
+-- minus the union of src's intervals: before the first island, between islands,
+-- after the last. A group with no interval in its bounds is one gap. src's
+-- intervals may reach outside the bounds (they are clipped).
+CREATE OR REPLACE MACRO interval_gaps(src, bounds) AS TABLE
+WITH clipped AS (
+    SELECT s.grp, greatest(s.ts_ns, b.ts_ns) AS ts_ns, least(s.end_ns, b.end_ns) AS end_ns
+    FROM query_table(src) s JOIN query_table(bounds) b ON s.grp = b.grp
+    WHERE s.ts_ns < b.end_ns AND s.end_ns > b.ts_ns
+), islands AS (
+    SELECT grp, ts_ns, end_ns,
+           max(end_ns) OVER (PARTITION BY grp ORDER BY ts_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+    FROM clipped
+), inner_gaps AS (
+    SELECT i.grp, coalesce(i.prev_end_ns, b.ts_ns) AS ts_ns, i.ts_ns AS end_ns
+    FROM islands i JOIN query_table(bounds) b ON i.grp = b.grp
+    WHERE i.ts_ns > coalesce(i.prev_end_ns, b.ts_ns)
+), tail_gaps AS (
+    SELECT b.grp, coalesce(max(c.end_ns), b.ts_ns) AS ts_ns, b.end_ns
+    FROM query_table(bounds) b LEFT JOIN clipped c ON c.grp = b.grp
+    GROUP BY b.grp, b.ts_ns, b.end_ns
+)
+SELECT grp, ts_ns, end_ns FROM inner_gaps
+UNION ALL
+SELECT grp, ts_ns, end_ns FROM tail_gaps WHERE end_ns > ts_ns;
+
+-- interval_sweep(src): the elementary segments between every edge of a group's
+-- intervals, with how many intervals of each layer run in each. src: grp, ts_ns,
+-- end_ns, layer (0 or 1). Returns grp, ts_ns, end_ns, n0, n1 (segments after the
+-- last edge are left out). Used to share time among concurrent intervals.
+CREATE OR REPLACE MACRO interval_sweep(src) AS TABLE
+WITH edges AS (
+    SELECT grp, ts_ns AS t, (layer = 0)::INTEGER AS d0, (layer = 1)::INTEGER AS d1 FROM query_table(src)
+    UNION ALL
+    SELECT grp, end_ns, -(layer = 0)::INTEGER, -(layer = 1)::INTEGER FROM query_table(src)
+), points AS (
+    SELECT grp, t, sum(d0) AS d0, sum(d1) AS d1 FROM edges GROUP BY grp, t
+), running AS (
+    SELECT grp, t AS ts_ns, lead(t) OVER (PARTITION BY grp ORDER BY t) AS end_ns,
+           sum(d0) OVER (PARTITION BY grp ORDER BY t ROWS UNBOUNDED PRECEDING) AS n0,
+           sum(d1) OVER (PARTITION BY grp ORDER BY t ROWS UNBOUNDED PRECEDING) AS n1
+    FROM points
+)
+SELECT grp, ts_ns, end_ns, n0, n1 FROM running WHERE end_ns IS NOT NULL;

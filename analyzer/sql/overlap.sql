@@ -1,5 +1,7 @@
--- Exposed communication per rank and per step (DESIGN "Definitions").
--- Input: getvariable('run_id'). Output: temp tables overlap_rank and overlap_step.
+-- params: run_id
+-- provides: overlap_rank, overlap_step, compute_union
+--
+-- Exposed communication per rank and per step (docs/definitions.md).
 --
 --   compute        union of compute intervals (any step: comm launched in step N
 --                  is hidden just as well by compute of step N+1)
@@ -15,6 +17,15 @@
 -- so that, exactly, per step:
 --   step = compute + exposed comm + other + idle + spill in - spill out
 -- and per rank: span = compute + exposed comm + other + idle.
+--
+-- Tables provided (the rest, _ov_*, is private to this script):
+--   overlap_rank    one row per rank: steps, median_step_ns, compute_ns, comm_ns,
+--                   exposed_comm_ns, span_ns, idle_ns, other_ns, comm_hta_ns, hidden_hta_ns
+--   overlap_step    one row per rank and step: step_ns, compute_ns, comm_ns, exposed_comm_ns,
+--                   idle_ns, other_ns, spill_in_ns, spill_out_ns, start_ns, end_ns (the window)
+--   compute_union   the union of each rank's compute (any step) as disjoint pieces that
+--                   may touch: rank, ts_ns, end_ns (what hides comm; collectives.sql and
+--                   the predictions read it)
 
 -- _ov_iv: the run's device work, one row per busy interval.
 CREATE OR REPLACE TEMP TABLE _ov_iv AS
@@ -64,6 +75,10 @@ FROM interval_pieces('_ov_src');
 CREATE OR REPLACE TEMP TABLE _ov_len AS
 SELECT rank, step, what, sum(end_ns - ts_ns)::BIGINT AS len_ns
 FROM _ov_u GROUP BY ALL;
+
+-- compute_union: the rank-wide compute union (documented above).
+CREATE OR REPLACE TEMP TABLE compute_union AS
+SELECT rank, ts_ns, end_ns FROM _ov_u WHERE step IS NULL AND what = 'compute';
 
 -- _ov_cover: the rank-wide compute unions, ready for coverage lookups.
 CREATE OR REPLACE TEMP TABLE _ov_cover_src AS

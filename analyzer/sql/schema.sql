@@ -1,6 +1,14 @@
 -- overlapscope storage: plain tables, int64 nanosecond times, one catalog holds
 -- many runs. Raw events are kept, everything else is derived by the named SQL
 -- analyses next to this file. Every table and column is documented here.
+-- Applied to every read-write connection (store/database.py); a catalog written
+-- by an older version is brought up to date by store/migrate.py.
+
+-- The catalog's own facts: schema_version (store/migrate.py).
+CREATE TABLE IF NOT EXISTS catalog_info (
+    key    VARCHAR PRIMARY KEY,
+    value  VARCHAR
+);
 
 -- A set of per-rank traces loaded together (one training run).
 CREATE TABLE IF NOT EXISTS runs (
@@ -12,7 +20,9 @@ CREATE TABLE IF NOT EXISTS runs (
     backend      VARCHAR,              -- nccl, gloo, ... (distributedInfo)
     device_kind  VARCHAR,              -- 'gpu' when any rank has GPU kernels, else 'cpu'
     manifest     JSON,                 -- the tracer's manifest.json, NULL for foreign traces
-    tags         JSON                  -- user tags {key: value}
+    tags         JSON,                 -- user tags {key: value}
+    parallelism  VARCHAR,              -- ddp, fsdp, hsdp from the manifest; NULL when it has none
+    headline     JSON                  -- analyzer/headline.py at ingest (history, the dashboard, CI)
 );
 
 -- One row per loaded rank (one trace file).
@@ -76,6 +86,11 @@ CREATE TABLE IF NOT EXISTS collectives (
     rank        INTEGER NOT NULL,
     event_id    BIGINT NOT NULL,  -- events.event_id (kind comm or comm_launch)
     collective  VARCHAR,          -- 'Collective name' (allreduce, _allgather_base, ...) or from the span name
+    kind        VARCHAR,          -- canonical kind of collective (contract.collectives): all_reduce,
+                                  -- all_gather, reduce_scatter, all_to_all, broadcast, ...; NULL: none
+    family      VARCHAR,          -- what a launch and its transfer share (ingest/classify.py):
+                                  -- reduce (all-reduce and reduce-scatter: gloo runs both as
+                                  -- all_reduce spans), gather, or the kind
     in_elems    BIGINT,           -- 'In msg nelems'
     out_elems   BIGINT,           -- 'Out msg nelems'
     elements    BIGINT,           -- full buffer elements (nccl-tests size): max(in, out), or the
@@ -106,6 +121,18 @@ CREATE TABLE IF NOT EXISTS steps (
     PRIMARY KEY (run_id, rank, step)
 );
 
+-- The CPU ranges that say what the collectives launched inside them belong to:
+-- every distinct range name of a rank with its role (ingest/classify.py,
+-- annotation_role): ddp_bucket, microbatch, fsdp_all_gather, fsdp_reduce,
+-- fsdp_backward, fsdp_forward, ddp_forward, launch. Empty at the overlap detail.
+CREATE TABLE IF NOT EXISTS annotation_roles (
+    run_id  INTEGER NOT NULL,
+    rank    INTEGER NOT NULL,
+    name    VARCHAR NOT NULL,  -- events.name of the range
+    role    VARCHAR NOT NULL,
+    arg     VARCHAR            -- bucket or micro-batch index, unit FQN ('' the root), launched kind
+);
+
 -- Flow events (ph s/f/t): CPU->GPU launches (ac2g) and forward->backward links (fwdbwd).
 CREATE TABLE IF NOT EXISTS flows (
     run_id    INTEGER NOT NULL,
@@ -130,11 +157,25 @@ CREATE TABLE IF NOT EXISTS memory (
     total_reserved_bytes   BIGINT   -- allocator's reserved bytes after the event
 );
 
--- Headline figures of each run, written at ingest, for history and CI gates.
+-- Headline figures of each run, written at ingest, for history and CI gates: the
+-- numbers of analyzer/headline.py (one definition: the median step of the slowest rank).
 CREATE TABLE IF NOT EXISTS metrics (
     run_id  INTEGER NOT NULL,
-    name    VARCHAR NOT NULL,  -- exposed_comm_ms, comm_ms, compute_ms, overlap_pct, step_ms, idle_ms
-    value   DOUBLE,            -- per step (a rank's median step), then over ranks: the worst rank for
-                               -- exposed_comm_ms and step_ms, the mean otherwise
+    name    VARCHAR NOT NULL,  -- step_ms, comm_ms, exposed_comm_ms, compute_ms, idle_ms, overlap_pct,
+                               -- exposed_pct, slowest_rank
+    value   DOUBLE,
     PRIMARY KEY (run_id, name)
+);
+
+-- The checklist's findings of each run, evaluated at ingest (analyzer/checklist).
+CREATE TABLE IF NOT EXISTS findings (
+    run_id     INTEGER NOT NULL,
+    id         VARCHAR NOT NULL,  -- the rule id (a contract)
+    status     VARCHAR NOT NULL,  -- fail, warn, pass, n/a
+    severity   INTEGER,
+    impact_ms  DOUBLE,            -- time per step the finding accounts for
+    title      VARCHAR,
+    evidence   VARCHAR,
+    fix        VARCHAR,
+    PRIMARY KEY (run_id, id)
 );

@@ -1,3 +1,6 @@
+-- params: run_id
+-- provides: steps (this run's rows; a stored table, filled once at load)
+--
 -- Fill the steps table for one run (getvariable('run_id')), from its events.
 -- A step's device work is what it launched (events.step). Its window on the
 -- device timeline runs from its first start on the rank's main stream (the

@@ -1,18 +1,30 @@
+-- params: run_id, step, ranks, max_marks
+-- inputs: timeline_attribution
+-- provides: timeline_window, timeline_lanes, timeline_marks, timeline_summary, timeline_counts
+--
 -- The timeline of one step: per lane (rank x track) the compute, comm and memcpy
 -- marks of the step's window, the exposed parts of comm, and few enough marks
--- to draw (busy blocks where a lane holds too many).
--- Inputs: getvariable('run_id'), getvariable('step'), getvariable('max_marks');
--- temp tables from analyzer/timeline.py: _tl_ranks(rank) (the ranks to show) and
--- _tl_attr(rank, event_id, coll_kind, coll_id, phase, collective, bytes,
--- coll_comm_ns, coll_exposed_ns) (the collectives analysis of each comm event).
--- Output: temp tables timeline_window, timeline_lanes, timeline_marks.
+-- to draw (busy blocks where a lane holds too many). ranks: the ranks to show.
+-- timeline_attribution (registered by measure/timeline.py): the collectives
+-- analysis of each comm event (rank, event_id, coll_kind, coll_id, phase,
+-- collective, bytes, coll_comm_ns, coll_exposed_ns).
 -- Times: int64 ns on the trace clock, and *_rel_ns from the rank's window start.
+--
+--   timeline_window   rank, start_ns, end_ns: the step's window on each shown rank
+--   timeline_lanes    rank, track_id, track_kind, track, has_compute
+--   timeline_marks    what to draw: rank, track_id, kind (compute, comm, memcpy, memset,
+--                     exposed), name, event_id, marks (1, or how many a busy block
+--                     merged), start_rel_ns, end_rel_ns, busy_ns, and for comm the
+--                     collective's attribution
+--   timeline_summary  per rank: window, compute, comm and exposed comm in it
+--   timeline_counts   raw_marks: the marks before any merging
 
 -- timeline_window: the step's window on each selected rank (steps.sql).
 CREATE OR REPLACE TEMP TABLE timeline_window AS
 SELECT s.rank, s.window_start_ns AS start_ns, s.window_end_ns AS end_ns
-FROM steps s JOIN _tl_ranks USING (rank)
+FROM steps s
 WHERE s.run_id = getvariable('run_id') AND s.step = getvariable('step')
+  AND list_contains(getvariable('ranks'), s.rank)
   AND s.window_start_ns IS NOT NULL AND s.window_end_ns > s.window_start_ns;
 
 -- _tl_iv: device work that runs in the window (of any step: work launched in
@@ -26,36 +38,22 @@ WHERE e.run_id = getvariable('run_id') AND e.dur_ns > 0
   AND e.ts_ns < w.end_ns AND e.ts_ns + e.dur_ns > w.start_ns;
 
 -- _tl_compute: the union of the rank's compute in the window (every track):
--- what can hide comm (DESIGN "exposed comm").
+-- what can hide comm (docs/definitions.md, "exposed comm").
 CREATE OR REPLACE TEMP TABLE _tl_compute_src AS
 SELECT rank AS grp, ts_ns, end_ns FROM _tl_iv WHERE kind = 'compute';
 CREATE OR REPLACE TEMP TABLE _tl_compute AS
 SELECT grp AS rank, ts_ns, end_ns FROM interval_union('_tl_compute_src');
 
--- _tl_gaps: the window minus the compute union (before the first island,
--- between islands, after the last; a window without compute is one gap).
-CREATE OR REPLACE TEMP TABLE _tl_gaps AS
-WITH inner_gaps AS (
-    SELECT c.rank,
-           coalesce(lag(c.end_ns) OVER (PARTITION BY c.rank ORDER BY c.ts_ns), w.start_ns) AS ts_ns,
-           c.ts_ns AS end_ns
-    FROM _tl_compute c JOIN timeline_window w USING (rank)
-), tail_gaps AS (
-    SELECT w.rank, coalesce(max(c.end_ns), w.start_ns) AS ts_ns, w.end_ns
-    FROM timeline_window w LEFT JOIN _tl_compute c USING (rank)
-    GROUP BY w.rank, w.start_ns, w.end_ns
-)
-SELECT * FROM (SELECT * FROM inner_gaps UNION ALL SELECT * FROM tail_gaps)
-WHERE end_ns > ts_ns;
+-- _tl_gaps: the window minus the compute union (interval_gaps).
+CREATE OR REPLACE TEMP TABLE _tl_bounds AS SELECT rank AS grp, start_ns AS ts_ns, end_ns FROM timeline_window;
+CREATE OR REPLACE TEMP TABLE _tl_gaps AS SELECT * FROM interval_gaps('_tl_compute_src', '_tl_bounds');
 
--- _tl_exposed: the exposed pieces of each comm event: its parts that fall in a
--- gap of the compute union. A plain range join (not overlap_ns(...) > 0) so that
--- DuckDB can plan it as an inequality join.
+-- _tl_exposed: the exposed pieces of each comm event: its parts in a gap of the
+-- compute union (interval_intersect).
+CREATE OR REPLACE TEMP TABLE _tl_comm AS
+SELECT rank AS grp, rank, event_id, track_id, 'exposed' AS kind, name, ts_ns, end_ns FROM _tl_iv WHERE kind = 'comm';
 CREATE OR REPLACE TEMP TABLE _tl_exposed AS
-SELECT m.rank, m.event_id, m.track_id, 'exposed' AS kind, m.name,
-       greatest(m.ts_ns, g.ts_ns) AS ts_ns, least(m.end_ns, g.end_ns) AS end_ns
-FROM _tl_iv m JOIN _tl_gaps g ON g.rank = m.rank AND g.ts_ns < m.end_ns AND g.end_ns > m.ts_ns
-WHERE m.kind = 'comm';
+SELECT rank, event_id, track_id, kind, name, ts_ns, end_ns FROM interval_intersect('_tl_comm', '_tl_gaps');
 
 -- _tl_pieces: everything one could draw, with its group (rank, track, kind).
 -- Marks inside an earlier mark of their group are dropped: CPU traces nest
@@ -146,7 +144,7 @@ WHERE _tl_budget.cap IS NOT NULL
 GROUP BY b.gid, b.ts_ns, b.end_ns;
 
 -- timeline_lanes: one lane per rank and track that has marks; compute lanes
--- first (the seed's figures: compute on top, comm below).
+-- first (compute on top, comm below, as docs/model.md draws the replays).
 CREATE OR REPLACE TEMP TABLE timeline_lanes AS
 SELECT p.rank, p.track_id, any_value(t.kind) AS track_kind,
        coalesce(any_value(t.name), 'track ' || p.track_id) AS track,
@@ -174,7 +172,7 @@ SELECT d.rank, d.track_id, d.kind, d.name, d.event_id, d.marks,
        a.coll_kind, a.coll_id, a.phase, a.collective, a.bytes, a.coll_comm_ns, a.coll_exposed_ns
 FROM drawn d
 JOIN timeline_window w USING (rank)
-LEFT JOIN _tl_attr a ON d.kind IN ('comm', 'exposed') AND d.marks = 1
+LEFT JOIN timeline_attribution a ON d.kind IN ('comm', 'exposed') AND d.marks = 1
                     AND a.rank = d.rank AND a.event_id = d.event_id
 ORDER BY d.rank, d.track_id, d.kind, d.ts_ns;
 
@@ -200,3 +198,6 @@ LEFT JOIN compute c USING (rank)
 LEFT JOIN lens cm ON cm.grp = w.rank::BIGINT * 2
 LEFT JOIN lens ex ON ex.grp = w.rank::BIGINT * 2 + 1
 ORDER BY w.rank;
+
+-- timeline_counts: how many marks the window holds before merging.
+CREATE OR REPLACE TEMP TABLE timeline_counts AS SELECT count(*) AS raw_marks FROM _tl_pieces;

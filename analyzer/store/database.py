@@ -1,58 +1,64 @@
-"""The DuckDB store: schema, macros, and the atomic insert of a decoded run."""
+"""The DuckDB store: the schema, the interval macros, and the atomic insert of a decoded run."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from importlib import resources
 
 import duckdb
 
+from overlapscope.analyzer import sql
 from overlapscope.analyzer.ingest.decode import RankData
+from overlapscope.contract import manifest as contract_manifest
+from overlapscope.contract.manifest import Manifest
 
-# Statements applied to every connection: the schema and the reusable macros.
-_SETUP_FILES = ("schema.sql", "intervals.sql")
-
-
-def sql_text(name: str) -> str:
-    """The text of one of the named SQL files in analyzer/sql/."""
-    return resources.files("overlapscope.analyzer.sql").joinpath(name).read_text()
+# Per-rank tables a decoded rank brings, in insert order.
+RANK_TABLES = ("tracks", "events", "collectives", "flows", "memory", "roles")
+_TABLE_OF = {"roles": "annotation_roles"}
 
 
 def connect(path: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open (or create) a store and make sure its schema and macros exist."""
+    """Open (or create) a store with its schema and macros; an older catalog is brought up to date."""
+    from overlapscope.analyzer.store import migrate
+
     con = duckdb.connect(path, read_only=read_only)
-    if not read_only:
-        for name in _SETUP_FILES:
-            con.execute(sql_text(name))
-    else:
-        con.execute(sql_text("intervals.sql").replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"))
+    if read_only:
+        migrate.check_readable(con, path)
+        con.execute(sql.text("intervals").replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"))
+        return con
+    con.execute(sql.text("schema"))
+    con.execute(sql.text("intervals"))
+    migrate.upgrade(con)  # after the macros: an upgrade recomputes headlines
     return con
 
 
-def run_script(con: duckdb.DuckDBPyConnection, name: str, **variables) -> None:
-    """Run a named SQL file after setting its variables (read with getvariable())."""
-    for key, value in variables.items():
-        con.execute(f"SET VARIABLE {key} = ?", [value])
-    con.execute(sql_text(name))
-
-
-def _run_row(run_id: int, name: str, source: str, ranks: list[RankData], manifest, tags) -> list:
+def _run_row(name: str, source: str, ranks: list[RankData], manifest: Manifest | None, manifest_text, tags) -> dict:
     metas = [r.meta for r in ranks]
     world = max((m["world_size"] or 0 for m in metas), default=0) or (max(m["rank"] for m in metas) + 1)
     backends = sorted({m["backend"] for m in metas if m["backend"]})
     device_kind = "gpu" if any(m["device_kind"] == "gpu" for m in metas) else "cpu"
-    return [run_id, name, datetime.now(timezone.utc).replace(tzinfo=None), source, world,
-            ",".join(backends) or None, device_kind,
-            json.dumps(manifest) if manifest is not None else None,
-            json.dumps(tags or {})]
+    return {
+        "name": name, "created_at": datetime.now(timezone.utc).replace(tzinfo=None), "source": source,
+        "world_size": world, "backend": ",".join(backends) or None, "device_kind": device_kind,
+        # the manifest as given (keys of a newer minor version stay), else as the struct writes it
+        "manifest": manifest_text or (contract_manifest.encode(manifest, indent=0).decode() if manifest else None),
+        "tags": json.dumps(tags or {}),
+        "parallelism": manifest.parallelism if manifest is not None else None,
+    }
 
 
-def _rank_row(run_id: int, r: RankData) -> list:
+def _rank_row(r: RankData) -> dict:
     m = r.meta
-    return [run_id, m["rank"], m["file"], m["rank_source"], m["world_size"], m["backend"], m["nccl_version"],
-            m["device_kind"], m["device_names"], m["device_memory_bytes"], m["hostname"], m["base_time_ns"], 0,
-            m["pg_config"], r.counts.get("events")]
+    return {"rank": m["rank"], "file": m["file"], "rank_source": m["rank_source"], "world_size": m["world_size"],
+            "backend": m["backend"], "nccl_version": m["nccl_version"], "device_kind": m["device_kind"],
+            "device_names": m["device_names"], "device_memory_bytes": m["device_memory_bytes"],
+            "hostname": m["hostname"], "base_time_ns": m["base_time_ns"], "clock_offset_ns": 0,
+            "pg_config": m["pg_config"], "events": r.counts.get("events")}
+
+
+def _insert_row(con, table: str, row: dict) -> None:
+    cols = ", ".join(f'"{c}"' for c in row)
+    con.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
 
 
 def _insert_table(con, table: str, run_id: int, rank: int, data) -> None:
@@ -68,18 +74,25 @@ def _insert_table(con, table: str, run_id: int, rank: int, data) -> None:
 
 
 def insert_run(con: duckdb.DuckDBPyConnection, ranks: list[RankData], name: str, source: str,
-               manifest: dict | None = None, tags: dict | None = None) -> int:
-    """Store one run in a single transaction: all of it, or nothing."""
+               manifest: Manifest | None = None, tags: dict | None = None, after=None,
+               manifest_text: str | None = None) -> int:
+    """Store one run in a single transaction: all of it, or nothing.
+
+    ``after(con, run_id)`` runs inside the same transaction once the rows are in
+    (the catalog stores the run's headline and findings there), so a failure or a
+    kill at any point leaves the catalog without the run.
+    """
     con.execute("BEGIN TRANSACTION")
     try:
         run_id = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()[0]
-        con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    _run_row(run_id, name, source, ranks, manifest, tags))
+        _insert_row(con, "runs", {"run_id": run_id, **_run_row(name, source, ranks, manifest, manifest_text, tags)})
         for r in ranks:
-            con.execute("INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _rank_row(run_id, r))
-            for table in ("tracks", "events", "collectives", "flows", "memory"):
-                _insert_table(con, table, run_id, r.meta["rank"], getattr(r, table))
-        run_script(con, "steps.sql", run_id=run_id)
+            _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(r)})
+            for table in RANK_TABLES:
+                _insert_table(con, _TABLE_OF.get(table, table), run_id, r.meta["rank"], getattr(r, table))
+        sql.ensure(con, "steps", run_id=run_id)
+        if after is not None:
+            after(con, run_id)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -1,36 +1,94 @@
-"""The ``run`` object of the JSON contract: what was loaded, from where."""
+"""What a stored run is: its rows in ``runs`` and ``ranks`` and its manifest (typed).
+
+``run_info`` reads them once; the analyses take the result instead of querying
+single columns here and there. ``describe`` is the ``run`` object of the JSON
+contract; ``facts`` what the model needs that the trace alone may not say
+(parameters and tokens from the manifest, device memory from the traces'
+deviceProperties, else from the manifest's devices). Missing facts are None:
+callers say what is missing instead of guessing.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
+
+from overlapscope.analyzer import sql
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.contract import manifest as contract
+from overlapscope.contract.manifest import Manifest
 
 
-def manifest(con, run_id: int) -> dict:
-    """The tracer manifest stored with a run ({} for foreign traces)."""
-    raw = con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
-    return json.loads(raw) if raw else {}
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: int
+    name: str
+    source: str | None
+    world_size: int | None
+    backend: str | None
+    device_kind: str  # 'gpu' or 'cpu'
+    manifest: Manifest  # contract.manifest.EMPTY for foreign traces
+    has_manifest: bool
+    tags: dict = field(default_factory=dict)
+    created_at: object = None
+    ranks: list[dict] = field(default_factory=list)  # rank, file, device_names, hostname, device_memory_bytes
+
+    @property
+    def parallelism(self) -> str | None:
+        """ddp, fsdp or hsdp as the manifest says (None for foreign traces)."""
+        return self.manifest.parallelism
+
+    def describe(self) -> dict:
+        """The ``run`` object of the JSON contract."""
+        devices = sorted({d for r in self.ranks for d in (r["device_names"] or [])})
+        return {
+            "run_id": self.run_id,
+            "name": self.name,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "device_kind": self.device_kind,
+            "devices": devices or (["cpu"] if self.device_kind == "cpu" else []),
+            "ranks_loaded": [r["rank"] for r in self.ranks],
+            "files": [r["file"] for r in self.ranks],
+            "hostnames": sorted({r["hostname"] for r in self.ranks if r["hostname"]}),
+            "parallelism": self.parallelism,
+            "has_manifest": self.has_manifest,
+        }
+
+    def device_memory_bytes(self) -> tuple[int | None, str | None]:
+        """The smallest device memory over the ranks and where it comes from (trace, manifest)."""
+        traced = [r["device_memory_bytes"] for r in self.ranks if r["device_memory_bytes"]]
+        if traced:
+            return min(traced), "trace"
+        from_manifest = self.manifest.device_memory_bytes
+        return from_manifest, ("manifest" if from_manifest else None)
+
+    def facts(self) -> dict:
+        """Parameters, tokens, mesh and device memory of the run."""
+        memory, source = self.device_memory_bytes()
+        return {
+            "world_size": self.world_size,
+            "device_kind": self.device_kind,
+            "parallelism": self.parallelism,
+            "params": self.manifest.params,
+            "tokens_per_microbatch": self.manifest.tokens_per_microbatch,
+            "accumulation_steps": self.manifest.accumulation_steps,
+            "mesh_shape": list(self.manifest.mesh.shape) if self.manifest.mesh else None,
+            "device_memory_bytes": memory,
+            "device_memory_source": source,
+            "has_manifest": self.has_manifest,
+        }
 
 
-def describe(con, run_id: int) -> dict:
-    """World size, backend, device names and loaded ranks of one stored run."""
-    name, source, world, backend, device_kind, manifest = con.execute(
-        "SELECT name, source, world_size, backend, device_kind, manifest FROM runs WHERE run_id = ?", [run_id]
-    ).fetchone()
-    ranks = con.execute(
-        "SELECT rank, file, device_names, hostname FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]
-    ).fetchall()
-    devices = sorted({d for _, _, names, _ in ranks for d in (names or [])})
-    manifest = json.loads(manifest) if manifest else None
-    return {
-        "run_id": run_id,
-        "name": name,
-        "world_size": world,
-        "backend": backend,
-        "device_kind": device_kind,
-        "devices": devices or (["cpu"] if device_kind == "cpu" else []),
-        "ranks_loaded": [r[0] for r in ranks],
-        "files": [r[1] for r in ranks],
-        "hostnames": sorted({r[3] for r in ranks if r[3]}),
-        "parallelism": manifest.get("parallelism") if manifest else None,
-        "has_manifest": manifest is not None,
-    }
+def run_info(con, run_id: int) -> RunInfo:
+    """The stored run ``run_id`` (a UsageError when there is none)."""
+    found = sql.one(con, "run.run", run_id=run_id)
+    if found is None:
+        raise UsageError(f"no run {run_id} in the store")
+    run_id, name, source, world, backend, device_kind, manifest_text, _parallelism, tags, created = found
+    try:
+        manifest = contract.decode(manifest_text.encode()) if manifest_text else contract.EMPTY
+    except contract.ManifestError:  # stored by an older version that did not check it
+        manifest = contract.EMPTY
+    return RunInfo(run_id, name, source, world, backend, device_kind, manifest, manifest_text is not None,
+                   json.loads(tags) if tags else {}, created, sql.rows(con, "run.ranks", run_id=run_id))

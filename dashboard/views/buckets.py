@@ -3,7 +3,7 @@ bus bandwidth; the model's prediction beside the measurement."""
 
 from __future__ import annotations
 
-import pandas as pd
+import polars as pl
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
@@ -62,9 +62,9 @@ def render() -> None:
             st.info("No prediction: the model needs W (collective sizes or a calibration).")
 
     st.subheader("Per bucket, unit and phase")
-    st.dataframe(pd.DataFrame(groups), hide_index=True)
+    st.dataframe(pl.DataFrame(groups, infer_schema_length=None), hide_index=True)
     st.subheader("Per step: measured and predicted")
-    st.dataframe(pd.DataFrame(result["steps"]), hide_index=True)
+    st.dataframe(pl.DataFrame(result["steps"], infer_schema_length=None), hide_index=True)
 
 
 render()

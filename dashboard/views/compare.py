@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import polars as pl
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
 
-HEADLINE = (("step_ms", "Step (slowest rank)", "ms"), ("exposed_comm_ms", "Exposed comm (worst rank)", "ms"),
-            ("overlap_pct", "Overlap (mean)", "%"), ("comm_ms", "Comm (mean)", "ms"))
+# The headline's figures (analyzer/headline.py: the median step of the slowest rank).
+HEADLINE = (("step_ms", "Step", "ms"), ("exposed_comm_ms", "Exposed comm", "ms"),
+            ("overlap_pct", "Overlap", "%"), ("comm_ms", "Comm", "ms"))
 
 
 def _pick(ctx) -> tuple[dict, dict] | None:
@@ -56,10 +57,9 @@ def render() -> None:
     group_rows = shape.compare_groups(results)
     if group_rows:
         st.altair_chart(charts.compare_groups(group_rows, "exposed_ms"), width="stretch")
-        table = pd.DataFrame(group_rows).pivot_table(index="group", columns="run",
-                                                     values=["exposed_ms", "comm_ms"], aggfunc="first")
-        table.columns = [f"{what} · {run}" for what, run in table.columns]
-        st.dataframe(table)
+        table = pl.DataFrame(group_rows, infer_schema_length=None).pivot(
+            on="run", index="group", values=["exposed_ms", "comm_ms"], aggregate_function="first")
+        st.dataframe(table, hide_index=True)
     else:
         st.info("Neither run has collectives.")
 

@@ -3,7 +3,7 @@ the slowest rank and step stand out."""
 
 from __future__ import annotations
 
-import pandas as pd
+import polars as pl
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
@@ -13,27 +13,25 @@ def _fmt(value, unit: str = "ms", digits: int = 2) -> str:
     return "–" if value is None else f"{value:,.{digits}f} {unit}".strip()
 
 
-def _figures(result: dict, worst_step: dict | None) -> None:
-    head = shape.headline(result)
+def _figures(head: dict) -> None:
+    """The headline (analyzer/headline.py: one aggregation for every figure)."""
     cols = st.columns(5)
-    cols[0].metric("Step time", _fmt(head["step_ms"]),
-                   help="Median step time of the slowest rank (ProfilerStep windows on the device).")
+    how = f"The {head['aggregation']} (rank {head['slowest_rank']})."
+    cols[0].metric("Step time", _fmt(head["step_ms"]), help=how)
     cols[1].metric("Exposed comm / step", _fmt(head["exposed_comm_ms"]),
-                   help="Comm time not covered by compute in the median step of the slowest rank "
-                        "(over all profiled events when the trace has no steps).")
+                   help=f"Comm time not covered by compute, {_fmt(head['exposed_pct'], '%', 1)} of the step. {how}")
     cols[2].metric("Overlap", _fmt(head["overlap_pct"], "%", 1),
-                   help="100 x (comm - exposed comm) / comm, the mean of the ranks.")
+                   help=f"100 x (comm - exposed comm) / comm. {how}")
     cols[3].metric("Slowest rank", "–" if head["slowest_rank"] is None else f"rank {head['slowest_rank']}")
-    cols[4].metric("Slowest step", "–" if worst_step is None else f"{worst_step['step']} · r{worst_step['rank']}",
-                   help=None if worst_step is None else
-                   f"Step {worst_step['step']} on rank {worst_step['rank']}: {worst_step['step_ms']:.2f} ms")
+    worst = head["slowest_step"]
+    cols[4].metric("Slowest step", "–" if worst is None else f"step {worst['step']}, rank {worst['rank']}",
+                   help=None if worst is None else
+                   f"Step {worst['step']} on rank {worst['rank']}: {_fmt(worst['step_ms'])}")
 
 
-def _table(rows: list[dict], marker) -> pd.DataFrame:
-    df = pd.DataFrame(rows)
-    if len(df):
-        df.insert(0, "slowest", ["◀" if marker(r) else "" for r in rows])
-    return df
+def _table(rows: list[dict], marker) -> pl.DataFrame:
+    marked = [{"slowest": "◀" if marker(r) else "", **r} for r in rows]
+    return pl.DataFrame(marked, infer_schema_length=None)
 
 
 def render() -> None:
@@ -48,9 +46,10 @@ def render() -> None:
     if not result["steps"]:
         st.warning("No ProfilerStep windows in these traces: per-step figures need `prof.step()` in the "
                    "training loop. The per-rank figures below cover every profiled event.")
-    worst_step = shape.slowest_step(result["steps"])
-    worst_rank = shape.slowest_rank(result["ranks"])
-    _figures(result, worst_step)
+    head = result["headline"]
+    worst_step = head["slowest_step"]
+    worst_rank = {"rank": head["slowest_rank"]} if head["slowest_rank"] is not None else None
+    _figures(head)
 
     means = shape.rank_means(result["steps"])
     left, right = st.columns(2)

@@ -3,21 +3,21 @@ exposed parts of comm in violet. Large traces are merged into busy blocks."""
 
 from __future__ import annotations
 
-import pandas as pd
+import polars as pl
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
 
 
 def _pickers(ctx, result: dict, steps: list[dict]) -> tuple[int, list[int]]:
-    worst = shape.slowest_step(result["steps"])
+    worst = result["headline"]["slowest_step"]
     numbers = [s["step"] for s in steps]
     default_step = worst["step"] if worst and worst["step"] in numbers else numbers[0]
     ranks = [r["rank"] for r in result["ranks"]]
     left, right = st.columns([1, 3])
     step = left.selectbox("Step", numbers, index=numbers.index(default_step), key=f"tl_step_{ctx.run['run_id']}",
                           help="The slowest step is selected first.")
-    chosen = right.multiselect("Ranks", ranks, default=shape.default_ranks(result["ranks"]),
+    chosen = right.multiselect("Ranks", ranks, default=shape.default_ranks(result["ranks"], result["headline"]["slowest_rank"]),
                                key=f"tl_ranks_{ctx.run['run_id']}",
                                help="Few ranks draw faster; every lane is one GPU stream or CPU thread.")
     return step, chosen
@@ -49,7 +49,7 @@ def render() -> None:
                 f"(at most about {tl['max_marks']:,} per chart). Lanes with many events show busy blocks; "
                 "hover a block for how many events it merged and the longest one. Choose fewer ranks for detail.")
     st.subheader("In this window")
-    st.dataframe(pd.DataFrame(tl["windows"]).drop(columns=["start_ns", "end_ns"]), hide_index=True)
+    st.dataframe(pl.DataFrame(tl["windows"], infer_schema_length=None).drop("start_ns", "end_ns"), hide_index=True)
     st.caption("Exposed comm here counts the comm that runs in the window; the overview's per-step figure "
                "counts the comm the step launched (it may run past the window's end).")
 

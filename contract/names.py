@@ -1,12 +1,13 @@
-"""The names that other stages read: file-name templates and trace annotations.
+"""The names other stages read: file-name templates and trace annotations.
 
-These strings are a contract with the analyzer (it parses traces and manifests
-without importing this package), so change them only together with
-``SCHEMA_VERSION`` and the analyzer.
+These strings are the contract between the tracer (which writes them) and the
+analyzer (which matches them with the patterns below, derived from the same
+templates). Change one only together with ``manifest.SCHEMA_VERSION``.
 """
 
-# Version of the manifest's keys and meanings; bump on any incompatible change.
-SCHEMA_VERSION = 1
+from __future__ import annotations
+
+import re
 
 # One gzipped Chrome-trace JSON per rank, as ``prof.export_chrome_trace`` writes it.
 TRACE_FILE_TEMPLATE = "rank-{rank}.pt.trace.json.gz"
@@ -37,3 +38,16 @@ def bucket_annotation(index: int) -> str:
 def microbatch_annotation(index: int) -> str:
     """The range name that marks micro-batch ``index`` of a step."""
     return MICROBATCH_ANNOTATION.format(index=index)
+
+
+def _pattern(template: str) -> re.Pattern:
+    """A template's full-match pattern; its one ``{field}`` becomes a captured integer."""
+    head, _, rest = template.partition("{")
+    _, _, tail = rest.partition("}")
+    return re.compile("^" + re.escape(head) + r"(\d+)" + re.escape(tail) + "$")
+
+
+# What the analyzer matches (group 1: the index).
+BUCKET_PATTERN = _pattern(BUCKET_ANNOTATION)
+MICROBATCH_PATTERN = _pattern(MICROBATCH_ANNOTATION)
+TRACE_FILE_PATTERN = _pattern(TRACE_FILE_TEMPLATE)
