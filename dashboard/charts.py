@@ -1,12 +1,12 @@
 """Chart builders: plain rows in, an Altair chart out. Pure: no Streamlit, no catalog.
 
-Colors follow the seed's figures: compute blue, comm aqua, exposed comm violet.
+Colors: compute blue, comm aqua, exposed comm violet (as docs/model.md draws the replays).
 """
 
 from __future__ import annotations
 
 import altair as alt
-import pandas as pd
+import polars as pl
 
 COMPUTE, COMM, EXPOSED = "#3b82f6", "#22d3ee", "#8b5cf6"
 MEMCPY, MEMSET, IDLE, HIGHLIGHT = "#f59e0b", "#fcd34d", "#cbd5e1", "#dc2626"
@@ -14,9 +14,15 @@ KIND_COLORS = {"compute": COMPUTE, "comm": COMM, "memcpy": MEMCPY, "memset": MEM
 LANE_PX = 26
 
 
-def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
+def _frame(rows: list[dict], columns: list[str] | None = None) -> pl.DataFrame:
     """A DataFrame with at least ``columns`` (an empty one draws an empty chart, not an error)."""
-    return pd.DataFrame(rows, columns=columns) if not rows else pd.DataFrame(rows)
+    return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame({c: [] for c in columns or []})
+
+
+def _long(rows: list[dict], parts: dict[str, str], name: str, value: str, **extra) -> list[dict]:
+    """Wide rows to long ones: one row per (row, part) with the part's label and value."""
+    return [{**{k: v for k, v in r.items() if k not in parts}, name: label, value: r.get(key), **extra}
+            for r in rows for key, label in parts.items()]
 
 
 def _kind_scale(kinds: list[str]) -> alt.Scale:
@@ -34,12 +40,10 @@ BREAKDOWN_PARTS = {"compute_ms": ("compute", COMPUTE), "exposed_comm_ms": ("expo
 def step_breakdown(rank_rows: list[dict], highlight_rank: int | None = None) -> alt.Chart:
     """Per rank, the mean step split into compute, exposed comm, other and idle (stacked);
     the highlighted (slowest) rank is outlined. Tooltips add comm, hidden comm and overlap %."""
-    df = _frame(rank_rows, ["rank", *BREAKDOWN_PARTS, "comm_ms", "hidden_comm_ms", "step_ms", "overlap_pct"])
-    long = df.melt(id_vars=[c for c in df.columns if c not in BREAKDOWN_PARTS], value_vars=list(BREAKDOWN_PARTS),
-                   var_name="part", value_name="ms")
-    long["part"] = long["part"].map(lambda p: BREAKDOWN_PARTS[p][0])
-    long["slowest"] = long["rank"] == highlight_rank
-    parts = [label for label, _ in BREAKDOWN_PARTS.values()]
+    labels = {key: label for key, (label, _) in BREAKDOWN_PARTS.items()}
+    long = [{**r, "slowest": r["rank"] == highlight_rank} for r in _long(rank_rows, labels, "part", "ms")]
+    long = _frame(long, ["rank", "part", "ms", "slowest", "comm_ms", "hidden_comm_ms", "step_ms", "overlap_pct"])
+    parts = list(labels.values())
     return alt.Chart(long).mark_bar().encode(
         x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("ms:Q", title="mean step (ms)", stack="zero"),
@@ -60,8 +64,8 @@ def step_breakdown(rank_rows: list[dict], highlight_rank: int | None = None) -> 
 
 def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[int, int] | None = None) -> alt.Chart:
     """Rank x step grid coloured by ``metric``; the highlighted (slowest) cell is outlined."""
-    df = _frame(steps, ["rank", "step", metric, "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct"])
-    df["slowest"] = [(r, s) == highlight for r, s in zip(df["rank"], df["step"])] if len(df) else []
+    df = _frame([{**s, "slowest": (s["rank"], s["step"]) == highlight} for s in steps],
+                ["rank", "step", metric, "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "slowest"])
     base = alt.Chart(df).encode(x=alt.X("step:O", title="step", axis=alt.Axis(labelAngle=0)),
                                 y=alt.Y("rank:O", title="rank"))
     cells = base.mark_rect().encode(
@@ -69,11 +73,11 @@ def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[in
         tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("step:O"),
                  *[alt.Tooltip(f"{c}:Q", format=".3f") for c in ("step_ms", "compute_ms", "comm_ms",
                                                                    "exposed_comm_ms", "idle_ms", "other_ms",
-                                                                   "spill_in_ms", "spill_out_ms") if c in df],
+                                                                   "spill_in_ms", "spill_out_ms") if c in df.columns],
                  alt.Tooltip("overlap_pct:Q", title="overlap %", format=".1f")],
     )
     outline = base.mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=3).transform_filter(alt.datum.slowest)
-    ranks = df["rank"].nunique() if len(df) else 1
+    ranks = df["rank"].n_unique() if len(df) else 1
     return (cells + outline).properties(height=min(600, max(120, 22 * ranks)))
 
 
@@ -89,7 +93,7 @@ def timeline(tl: dict) -> alt.LayerChart:
                "coll_id", "phase", "collective", "bytes", "coll_comm_ms", "coll_exposed_ms"]
     marks, exposed = _frame(tl["marks"], columns), _frame(tl["exposed"], columns)
     windows = {w["rank"]: w["window_ms"] for w in tl["windows"]}
-    background = pd.DataFrame([{"lane": lane["lane"], "start_ms": 0.0, "end_ms": windows.get(lane["rank"], 0.0)}
+    background = _frame([{"lane": lane["lane"], "start_ms": 0.0, "end_ms": windows.get(lane["rank"], 0.0)}
                                for lane in tl["lanes"]], columns=["lane", "start_ms", "end_ms"])
     kinds = [k for k in KIND_COLORS if k in set(marks["kind"]) | set(exposed["kind"])] or ["compute"]
     y = alt.Y("lane:N", sort=lanes, title=None, axis=alt.Axis(labelLimit=260, labelOverlap=False))
@@ -116,11 +120,10 @@ def timeline(tl: dict) -> alt.LayerChart:
 
 def exposed_hidden(groups: list[dict]) -> alt.Chart:
     """Per bucket/unit/phase: mean exposed (violet) and hidden (aqua) comm per step."""
-    df = _frame(groups, ["group", "exposed_ms", "hidden_ms", "comm_ms", "bytes", "count", "busbw_gbps"])
-    long = df.melt(id_vars=["group", "comm_ms", "bytes", "count", "busbw_gbps"],
-                   value_vars=["exposed_ms", "hidden_ms"], var_name="part", value_name="ms")
-    long["part"] = long["part"].map({"exposed_ms": "exposed", "hidden_ms": "hidden"})
-    order = list(df["group"])
+    keep = ("group", "comm_ms", "bytes", "count", "busbw_gbps", "exposed_ms", "hidden_ms")
+    long = _frame(_long([{k: g.get(k) for k in keep} for g in groups], {"exposed_ms": "exposed", "hidden_ms": "hidden"},
+                        "part", "ms"), ["group", "part", "ms", "comm_ms", "bytes", "count", "busbw_gbps"])
+    order = [g["group"] for g in groups]
     return alt.Chart(long).mark_bar().encode(
         y=alt.Y("group:N", sort=order, title=None, axis=alt.Axis(labelLimit=280)),
         x=alt.X("ms:Q", title="mean comm per collective (ms)", stack="zero"),
@@ -133,15 +136,15 @@ def exposed_hidden(groups: list[dict]) -> alt.Chart:
 
 def bus_bandwidth(groups: list[dict], measured_gbps: float | None = None) -> alt.Chart:
     """Median bus bandwidth (GB/s, nccl-tests) per group; the run's W as a rule."""
-    df = _frame(groups, ["group", "busbw_gbps", "bytes"])
-    df = df[df["busbw_gbps"].notna()] if len(df) else df
+    df = _frame([{k: g.get(k) for k in ("group", "busbw_gbps", "bytes")} for g in groups
+                 if g.get("busbw_gbps") is not None], ["group", "busbw_gbps", "bytes"])
     bars = alt.Chart(df).mark_bar(color=COMM).encode(
         y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280)),
         x=alt.X("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
         tooltip=["group:N", alt.Tooltip("busbw_gbps:Q", format=".3f"), alt.Tooltip("bytes:Q", format=",")])
     chart = bars
     if measured_gbps:
-        rule = alt.Chart(pd.DataFrame([{"w": measured_gbps, "label": f"W = {measured_gbps:.3g} GB/s"}])).mark_rule(
+        rule = alt.Chart(_frame([{"w": measured_gbps, "label": f"W = {measured_gbps:.3g} GB/s"}])).mark_rule(
             color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="w:Q", tooltip=["label:N"])
         chart = bars + rule
     return chart.properties(height=max(120, 22 * max(1, len(df))))
@@ -152,8 +155,8 @@ def predicted_vs_measured(groups: list[dict]) -> alt.Chart:
     fields = {"comm_ms": "comm, measured", "predicted_comm_ms": "comm, predicted",
               "exposed_ms": "exposed, measured", "predicted_exposed_ms": "exposed, predicted"}
     df = _frame(groups, ["group", *fields])
-    long = df.melt(id_vars=["group"], value_vars=list(fields), var_name="what", value_name="ms")
-    long["what"] = long["what"].map(fields)
+    long = _frame(_long([{k: g.get(k) for k in ("group", *fields)} for g in groups], fields, "what", "ms"),
+                  ["group", "what", "ms"])
     colors = [COMM, "#a5f3fc", EXPOSED, "#ddd6fe"]
     return alt.Chart(long).mark_bar().encode(
         y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280)),
@@ -177,18 +180,18 @@ def hide_ratio(curve: list[dict], t_hide: float, points: list[dict],
     y = alt.Y("ratio:Q", scale=alt.Scale(type="log"), title="comm time / backward time")
     line = alt.Chart(df).mark_line(color=COMPUTE).encode(x=x, y=y, tooltip=[alt.Tooltip("tokens:Q", format=",.0f"),
                                                                            alt.Tooltip("ratio:Q", format=".3f")])
-    one = alt.Chart(pd.DataFrame([{"ratio": 1.0}])).mark_rule(color="#64748b", strokeDash=[4, 3]).encode(y="ratio:Q")
-    at = alt.Chart(pd.DataFrame([{"tokens": t_hide, "label": f"T_hide = {t_hide:,.0f} tokens"}])).mark_rule(
+    one = alt.Chart(_frame([{"ratio": 1.0}])).mark_rule(color="#64748b", strokeDash=[4, 3]).encode(y="ratio:Q")
+    at = alt.Chart(_frame([{"tokens": t_hide, "label": f"T_hide = {t_hide:,.0f} tokens"}])).mark_rule(
         color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="tokens:Q", tooltip=["label:N"])
-    label = alt.Chart(pd.DataFrame([{"tokens": t_hide, "ratio": 1.0, "label": f"T_hide ≈ {t_hide:,.0f}"}])).mark_text(
+    label = alt.Chart(_frame([{"tokens": t_hide, "ratio": 1.0, "label": f"T_hide ≈ {t_hide:,.0f}"}])).mark_text(
         align="left", dx=6, dy=-8, color=HIGHLIGHT).encode(x="tokens:Q", y="ratio:Q", text="label:N")
     layers = [line, one, at, label]
     if measured_ratio is not None and not points:
-        level = pd.DataFrame([{"ratio": measured_ratio, "label": f"measured {measured_ratio:.3g} (T unknown)"}])
+        level = _frame([{"ratio": measured_ratio, "label": f"measured {measured_ratio:.3g} (T unknown)"}])
         layers.append(alt.Chart(level).mark_rule(color=MEMCPY, strokeDash=[2, 2]).encode(y="ratio:Q",
                                                                                        tooltip=["label:N"]))
     if points:
-        layers.append(alt.Chart(pd.DataFrame(points)).mark_point(size=120, filled=True).encode(
+        layers.append(alt.Chart(_frame(points)).mark_point(size=120, filled=True).encode(
             x="tokens:Q", y="ratio:Q",
             color=alt.Color("source:N", title="this run",
                             scale=alt.Scale(domain=["model (F, W)", "measured"], range=["#1e3a8a", MEMCPY])),
@@ -206,11 +209,10 @@ def _byte_unit(largest: float) -> tuple[str, float]:
 def memory(rows: list[dict], device_bytes: float | None = None, peak_bytes: float | None = None) -> alt.LayerChart:
     """Model-state memory per GPU for each stage (weights, gradients, optimizer stacked),
     against the device memory and the measured peak (rules). Unit: GB, MB or KB (1e9, 1e6, 1e3)."""
-    df = _frame(rows, ["stage", "part", "bytes", "total_bytes"])
-    unit, size = _byte_unit(max([*df["total_bytes"].tolist(), device_bytes or 0, peak_bytes or 0, 1]))
-    df["amount"] = df["bytes"] / size
-    df["total"] = df["total_bytes"] / size
-    stages = list(dict.fromkeys(df["stage"]))
+    unit, size = _byte_unit(max([*(r["total_bytes"] for r in rows), device_bytes or 0, peak_bytes or 0, 1]))
+    df = _frame([{**r, "amount": r["bytes"] / size, "total": r["total_bytes"] / size} for r in rows],
+                ["stage", "part", "bytes", "total_bytes", "amount", "total"])
+    stages = list(dict.fromkeys(r["stage"] for r in rows))
     bars = alt.Chart(df).mark_bar().encode(
         x=alt.X("stage:N", sort=stages, title="stage"),
         y=alt.Y("amount:Q", title=f"model states per GPU ({unit})", stack="zero"),
@@ -223,7 +225,7 @@ def memory(rows: list[dict], device_bytes: float | None = None, peak_bytes: floa
              for what, (value, _) in limits.items() if value]
     if not rules:
         return alt.layer(bars).properties(height=300)
-    lines = alt.Chart(pd.DataFrame(rules)).mark_rule(strokeWidth=2, strokeDash=[5, 3]).encode(
+    lines = alt.Chart(_frame(rules)).mark_rule(strokeWidth=2, strokeDash=[5, 3]).encode(
         y="amount:Q", tooltip=["label:N"],
         color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(limits),
                                                               range=[c for _, c in limits.values()])))
@@ -248,7 +250,7 @@ def compare_steps(rows: list[dict], metric: str = "step_ms") -> alt.Chart:
 def compare_groups(rows: list[dict], metric: str = "exposed_ms") -> alt.Chart:
     """Two runs side by side per bucket/unit/phase."""
     df = _frame(rows, ["run", "group", metric])
-    groups = list(dict.fromkeys(df["group"]))
+    groups = list(dict.fromkeys(r["group"] for r in rows))
     return alt.Chart(df).mark_bar().encode(
         y=alt.Y("group:N", sort=groups, title=None, axis=alt.Axis(labelLimit=280)),
         yOffset="run:N",

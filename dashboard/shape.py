@@ -146,11 +146,11 @@ def run_points(threshold: dict, measured: float | None) -> list[dict]:
     return points
 
 
-def memory_rows(params: float, gpus: int, mesh_shape=None, k: float = memory.ADAM_K) -> list[dict]:
+def memory_rows(params: float, gpus: int, hsdp_group: int | None = None, k: float = memory.ADAM_K) -> list[dict]:
     """Model-state bytes per GPU for each ZeRO stage (and HSDP on a 2-D mesh), by kind."""
     stages = [(s, None) for s in MEMORY_STAGES]
-    if mesh_shape and len(mesh_shape) == 2 and gpus % int(mesh_shape[-1]) == 0:
-        stages.append(("hsdp", int(mesh_shape[-1])))
+    if hsdp_group and gpus % hsdp_group == 0:
+        stages.append(("hsdp", hsdp_group))
     rows = []
     for stage, group in stages:
         b = memory.model_state_breakdown(stage, params, gpus, k=k, group=group)

@@ -106,7 +106,7 @@ def test_memory_rows_are_the_seed_formulas():
     totals = {r["stage"]: r["total_bytes"] for r in rows}
     assert totals == {s: pytest.approx(seed_model.model_state_bytes(s, 13e9, 32)) for s in shape.MEMORY_STAGES}
     assert totals["ddp"] == pytest.approx(16 * 13e9)  # (4 + K) Psi, the seed's 208 GB
-    hsdp = shape.memory_rows(13e9, 32, mesh_shape=[4, 8])
+    hsdp = shape.memory_rows(13e9, 32, hsdp_group=8)
     assert {r["stage"] for r in hsdp} == {*shape.MEMORY_STAGES, "hsdp"}
     assert sum(r["bytes"] for r in hsdp if r["stage"] == "hsdp") == pytest.approx(16 * 13e9 / 8)
 

@@ -22,6 +22,8 @@ import typing
 
 import msgspec
 
+from overlapscope.analyzer.ingest.columns import NULL_I64
+
 _ABSENT = msgspec.Raw(b"")  # an optional raw field that is not there
 _NO_ARGS = msgspec.Raw(b"{}")  # events without args decode as an empty object
 
@@ -119,7 +121,6 @@ class Trace(TraceHeader, kw_only=True):
 # fields default to NULL_I64 (not None) so columns build as plain int64 arrays.
 IntLike = int | str
 StrLike = str | int | None
-NULL_I64 = -(2**63)
 
 
 class DeviceArgs(msgspec.Struct, gc=False):

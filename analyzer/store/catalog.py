@@ -16,6 +16,7 @@ from overlapscope.analyzer import sql
 
 from overlapscope.analyzer.errors import CatalogBusy, UsageError
 from overlapscope.analyzer.ingest.load import load
+from overlapscope.analyzer.store import results
 
 # store (and with it duckdb) is imported inside the functions: a command that
 # decodes traces forks its workers before duckdb starts any thread.
@@ -71,33 +72,10 @@ def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: 
     if not name:
         raise UsageError("a run needs a name (--run NAME)")
     loaded = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers,
-                  on_decoded=on_decoded, open_con=open_con, after=write_results)
+                  on_decoded=on_decoded, open_con=open_con, after=results.write)
     return loaded.run_id
 
 
-def write_results(con, run_id: int) -> dict:
-    """Compute and store a run's headline (runs.headline, metrics) and findings; return the headline."""
-    from overlapscope.analyzer import checklist
-    from overlapscope.analyzer.headline import failed, headline
-    from overlapscope.analyzer.predict import buckets
-
-    a = buckets.analysis(con, run_id)
-    findings = checklist.diagnose(con, a)["findings"]
-    head = headline(a.overlap, failed(findings))
-    con.execute("UPDATE runs SET headline = ? WHERE run_id = ?", [json.dumps(head), run_id])
-    con.execute("DELETE FROM metrics WHERE run_id = ?", [run_id])
-    con.executemany("INSERT INTO metrics VALUES (?, ?, ?)",
-                    [(run_id, k, head[k]) for k in METRICS if head[k] is not None])
-    con.execute("DELETE FROM findings WHERE run_id = ?", [run_id])
-    con.executemany("INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(run_id, f["id"], f["status"], f["severity"], f["impact_ms"], f["title"], f["evidence"],
-                      f["fix"]) for f in findings])
-    return head
-
-
-# The headline's numbers, as rows of the metrics table (for CI gates and SQL).
-METRICS = ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "exposed_pct",
-           "slowest_rank")
 # history's rows: these headline figures at the top level, as before the headline existed.
 HISTORY_FIGURES = ("step_ms", "exposed_comm_ms", "comm_ms", "overlap_pct")
 

@@ -91,7 +91,7 @@ def _from_1(con) -> None:
     if roles:
         con.executemany("INSERT INTO annotation_roles VALUES (?, ?, ?, ?, ?)", roles)
     # the headline and findings of every stored run, by today's definitions
-    from overlapscope.analyzer.store.catalog import write_results
+    from overlapscope.analyzer.store import results
 
     for (run_id,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall():
-        write_results(con, run_id)
+        results.write(con, run_id)

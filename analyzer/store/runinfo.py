@@ -74,6 +74,8 @@ class RunInfo:
             "tokens_per_microbatch": self.manifest.tokens_per_microbatch,
             "accumulation_steps": self.manifest.accumulation_steps,
             "mesh_shape": list(self.manifest.mesh.shape) if self.manifest.mesh else None,
+            # HSDP's shard group: the model states are sharded over it (contract.manifest)
+            "hsdp_group": self.manifest.hsdp_shape[1] if self.manifest.hsdp_shape else None,
             "device_memory_bytes": memory,
             "device_memory_source": source,
             "has_manifest": self.has_manifest,

@@ -49,7 +49,7 @@ def _memory_section(result: dict, facts: dict, run_id: int) -> None:
                 + (f"Measured peak allocated: {peak / 1e9:.3g} GB. " if peak else "")
                 + (f"Device memory: {device / 1e9:.3g} GB." if device else ""))
         return
-    rows = shape.memory_rows(params, facts["world_size"], facts["mesh_shape"])
+    rows = shape.memory_rows(params, facts["world_size"], facts["hsdp_group"])
     largest = max([r["total_bytes"] for r in rows] + [peak or 0])
     drawn_device = device if shape.on_scale(device, largest) else None
     st.altair_chart(charts.memory(rows, drawn_device, peak), width="stretch")

@@ -16,3 +16,21 @@ SELECT max(run_id) FROM runs WHERE name = $name;
 
 -- name: count
 SELECT count(*) FROM runs;
+
+-- What ingest stores beside a run's rows (store/results.py).
+
+-- name: set_headline
+UPDATE runs SET headline = $headline WHERE run_id = $run_id;
+
+-- name: delete_metrics
+DELETE FROM metrics WHERE run_id = $run_id;
+
+-- name: delete_findings
+DELETE FROM findings WHERE run_id = $run_id;
+
+-- name: insert_metric
+INSERT INTO metrics (run_id, name, value) VALUES ($run_id, $name, $value);
+
+-- name: insert_finding
+INSERT INTO findings (run_id, id, status, severity, impact_ms, title, evidence, fix)
+VALUES ($run_id, $id, $status, $severity, $impact_ms, $title, $evidence, $fix);
