@@ -33,7 +33,13 @@ test: $(VENV)/.dev
 	fi
 	$(PY) -m pytest -n 2 -q
 
+# Holistic Trace Analysis in its own venv, to measure beside it (skipped when PyPI is unreachable).
+.bench/hta-venv/bin/python:
+	$(PYTHON) -m venv .bench/hta-venv
+	.bench/hta-venv/bin/pip install -q HolisticTraceAnalysis==0.5.0 || rm -rf .bench/hta-venv
+
 bench: $(VENV)/.dev
+	-@$(MAKE) -s .bench/hta-venv/bin/python
 	$(PY) benchmarks/bench_analyze.py
 
 clean:

@@ -21,7 +21,7 @@ STEP_COLUMNS = [
 def add_parser(sub) -> None:
     p = sub.add_parser("buckets", help="per bucket / unit / phase: comm, exposed, bytes, bus bandwidth, predicted",
                        description="Attribute every collective to its DDP bucket or FSDP unit and phase, "
-                                   "and put the seed's model (F, W, T) beside the measurement.")
+                                   "and put the data-parallel model (F, W, T) beside the measurement.")
     add_source_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON (collectives, summary, steps, model, ...)")
     p.add_argument("--tokens", type=float, default=None,

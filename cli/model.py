@@ -1,4 +1,4 @@
-"""``overlapscope model memory|comm|hide``: the seed's formulas on the command line.
+"""``overlapscope model memory|comm|hide``: the data-parallel model's formulas on the command line.
 
 A thin layer over ``analyzer.model`` and ``analyzer.model_overlap``: each flag is
 one argument of a library call. Values are read here (not by argparse) so that a
@@ -11,7 +11,7 @@ K = 1e3, M = 1e6, B or G = 1e9, T = 1e12, P = 1e15, case-insensitive; ``_`` and
 ``400e12``, ``400T``, ``50e9``, ``50G``. Bandwidths are bytes/s: 400 Gb/s is
 ``50G``.
 
-JSON keys are a contract (DESIGN "Command-line contract"): keys may be added,
+JSON keys are a contract (README, JSON): keys may be added,
 never renamed. Sizes are in bytes (``*_bytes``) and GB = 1e9 bytes (``*_gb``);
 times in milliseconds (``*_ms``).
 """
@@ -244,7 +244,7 @@ def _run_hide(args: argparse.Namespace) -> int:
 
 def _add_memory(sub) -> None:
     p = sub.add_parser("memory", help="model-state memory per GPU for every stage",
-                       description="Model states per GPU (seed section 3): DDP (4+K)Psi, "
+                       description="Model states per GPU (docs/model.md): DDP (4+K)Psi, "
                                    "ZeRO-1 4Psi+K Psi/N, ZeRO-2 2Psi+(2+K)Psi/N, ZeRO-3 (4+K)Psi/N, "
                                    "HSDP (4+K)Psi/G. 1 GB = 1e9 bytes.")
     p.add_argument("--params", required=True, help=f"number of parameters Psi ({NUMBER_HELP})")
@@ -257,7 +257,7 @@ def _add_memory(sub) -> None:
 
 def _add_comm(sub) -> None:
     p = sub.add_parser("comm", help="elements and bytes each GPU sends per step",
-                       description="Communication per GPU per optimizer step (seed section 3): "
+                       description="Communication per GPU per optimizer step (docs/model.md): "
                                    "elements DDP 2Psi, ZeRO-1 2Psi, ZeRO-2 (m+1)Psi, ZeRO-3 3mPsi; "
                                    "bytes = elements x bytes per element x (N-1)/N.")
     p.add_argument("--params", required=True, help=f"number of parameters Psi ({NUMBER_HELP})")
@@ -276,7 +276,7 @@ def _add_comm(sub) -> None:
 
 def _add_hide(sub) -> None:
     p = sub.add_parser("hide", help="tokens per GPU per micro-batch that hide the communication",
-                       description="T >= (grad_bytes/2) F/W (N-1)/N (seed proposition). Without "
+                       description="T >= (grad_bytes/2) F/W (N-1)/N (docs/model.md). Without "
                                    "--gpus, the large-N limit F/W. With --tokens, the ratio of comm "
                                    "time to compute time and a verdict (hidden, marginal, exposed).")
     p.add_argument("--flops", required=True, help=f"achieved FLOP/s per GPU F ({NUMBER_HELP})")
@@ -292,9 +292,9 @@ def _add_hide(sub) -> None:
 
 def add_parser(subparsers) -> None:
     """Register ``model`` and its subcommands ``memory``, ``comm`` and ``hide``."""
-    parser = subparsers.add_parser("model", help="the seed's analytic model: memory, comm, hide",
+    parser = subparsers.add_parser("model", help="the data-parallel model: memory, comm, hide",
                                    description="The analytic model of DDP, ZeRO and FSDP "
-                                               "(shared/seed/data-parallelism-zero-fsdp.txt).")
+                                               "(derived in docs/model.md).")
     sub = parser.add_subparsers(dest="model_command", metavar="SUBCOMMAND")
     sub.required = True
     _add_memory(sub)

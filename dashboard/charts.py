@@ -172,7 +172,7 @@ def predicted_vs_measured(groups: list[dict]) -> alt.Chart:
 
 def hide_ratio(curve: list[dict], t_hide: float, points: list[dict],
                measured_ratio: float | None = None) -> alt.LayerChart:
-    """Comm time / backward time against tokens per GPU (log-log): the seed's
+    """Comm time / backward time against tokens per GPU (log-log): the model's
     ratio T_hide / T, the threshold (ratio 1 at T = T_hide) and this run's points.
     Without points (tokens unknown) a measured ratio is drawn as a level instead."""
     df = _frame(curve, ["tokens", "ratio"])

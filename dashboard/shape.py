@@ -85,7 +85,7 @@ def group_rows(summary: list[dict], top: int = 40) -> list[dict]:
 def hide_threshold(model_rows: list[dict]) -> dict:
     """Tokens per GPU at which comm time equals the backward time that hides it (T_hide).
 
-    From the buckets analysis' model (the stage-aware seed threshold); when it
+    From the buckets analysis' model (the model's stage-aware threshold); when it
     has no verdict (tokens unknown) but F, W and the stage are known, computed
     here with the same function. ``missing`` names what stops it.
     """
@@ -107,7 +107,7 @@ def hide_threshold(model_rows: list[dict]) -> dict:
 
 
 def verdict_at(threshold: dict, tokens: float | None) -> str | None:
-    """The seed's verdict (hidden, marginal, exposed) at ``tokens`` for a ``hide_threshold``."""
+    """The model's verdict (hidden, marginal, exposed) at ``tokens`` for a ``hide_threshold``."""
     if not tokens or threshold["tokens_to_hide"] is None:
         return None
     try:

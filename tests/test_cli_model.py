@@ -1,6 +1,7 @@
-"""``overlapscope model memory|comm|hide``, run in-process through ``analyzer.cli.main``.
+"""``overlapscope model memory|comm|hide``, run in-process through ``overlapscope.cli.main``.
 
-Expected values come from the seed (shared/seed/data-parallelism-zero-fsdp.txt);
+Expected values come from the lesson the model is built on ("the seed"; docs/model.md
+restates its worked example and check answers);
 see tests/test_model.py for the rounding rule. The JSON keys checked here are the
 contract of issue #4: they may gain siblings, never be renamed.
 """

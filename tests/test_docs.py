@@ -8,6 +8,8 @@ from overlapscope.cli import _build_parser
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
+# The JSON contract has a page of its own; the README points to it.
+JSON_DOC = (ROOT / "docs" / "json.md").read_text()
 
 
 def _commands(parser, prefix=""):
@@ -30,7 +32,8 @@ def test_every_command_and_option_is_in_the_readme():
 
 
 def test_every_setting_is_in_the_readme():
-    code = "\n".join(p.read_text() for p in list((ROOT / "analyzer").rglob("*.py")) + list((ROOT / "cli").rglob("*.py")) + list((ROOT / "dashboard").rglob("*.py")))
+    code = "\n".join(p.read_text() for folder in ("analyzer", "cli", "contract", "dashboard", "tracer")
+                     for p in (ROOT / folder).rglob("*.py"))
     for setting in set(re.findall(r"OVERLAPSCOPE_[A-Z_]+", code)):
         assert setting in README, setting
 
@@ -41,3 +44,46 @@ def test_every_rule_id_is_in_the_readme():
     assert len(RULES) == 16
     for rule_id in RULES:
         assert f"`{rule_id}`" in README, rule_id
+
+
+def _keys(value, out: set) -> set:
+    """Every key of every object in a JSON value."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.add(k)
+            _keys(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _keys(v, out)
+    return out
+
+
+def test_every_json_key_is_in_the_readme(tmp_path, capsys, monkeypatch):
+    """Each key that analyze, buckets, diagnose, ingest, history and model print with --json
+    is named in the README or docs/json.md (users' scripts read them: a key nobody
+    documented is a key nobody can rely on)."""
+    import json
+
+    from conftest import SAMPLES
+    from overlapscope.cli import main
+
+    monkeypatch.setenv("OVERLAPSCOPE_DB", str(tmp_path / "c.duckdb"))
+    commands = [["analyze", str(SAMPLES / "hsdp_2x2"), "--json"],
+                ["buckets", str(SAMPLES / "fsdp_per_block"), "--json"],
+                ["diagnose", str(SAMPLES / "ddp"), "--json"],
+                ["ingest", str(SAMPLES / "ddp"), "--run", "docs", "--tag", "k=v", "--json"],
+                ["history", "--json"],
+                ["model", "memory", "--params", "13B", "--gpus", "32", "--group", "8", "--json"],
+                ["model", "comm", "--params", "13B", "--gpus", "32", "--stage", "hsdp", "--group", "8", "--json"],
+                ["model", "hide", "--flops", "400T", "--bandwidth", "50G", "--gpus", "32", "--tokens", "4096",
+                 "--json"]]
+    missing = {}
+    for argv in commands:
+        capsys.readouterr()
+        assert main(argv) == 0, argv
+        keys = _keys(json.loads(capsys.readouterr().out), set())
+        keys -= {"k"}  # the user's own tag
+        gone = sorted(k for k in keys if f"`{k}`" not in README + JSON_DOC)
+        if gone:
+            missing[" ".join(argv[:2])] = gone
+    assert missing == {}

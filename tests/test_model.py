@@ -1,4 +1,6 @@
-"""The analytic model against the seed (shared/seed/data-parallelism-zero-fsdp.txt).
+"""The analytic model against its source: the lesson on data parallelism, ZeRO and FSDP
+the product is built on ("the seed"; its figures are restated in docs/model.md, worked
+example and check answers).
 
 The oracle is the seed's text: every expected number below is copied from it,
 with the section it comes from. Tolerance: a computed value is rounded the way

@@ -4,8 +4,8 @@ Each test draws its timeline in a comment, one character per time unit
 (seconds): ``F``/``B`` forward/backward compute, ``g``/``G`` forward/backward
 all-gather, ``r`` reduce-scatter, ``a`` all-reduce; the digit row under a lane
 names the unit or bucket that starts there. The expected rows are read off the
-drawing, not produced by the code under test. Statements quoted from the seed
-(shared/seed/data-parallelism-zero-fsdp.txt) name their section.
+drawing, not produced by the code under test. Statements quoted from the lesson the
+model is built on ("the seed"; docs/model.md, "The replays") name their section.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ This is the only place that looks at event names to decide what an event is.
 Rules run once per distinct (category, name) pair, never per event, and the
 result is mapped onto the events with one vectorised lookup.
 
-Kinds (the ``events.kind`` column, DESIGN "Definitions"):
+Kinds (the ``events.kind`` column, docs/definitions.md):
 
 ============== ===============================================================
 compute        GPU kernels that are not communication; on CPU-only traces the
@@ -85,7 +85,7 @@ MATMUL_OPS = frozenset({
 
 
 # Gradient-norm ops (clip_grad_norm_): with sharded gradients the global norm
-# needs an all-reduce of the local norms (seed, "Common mistakes").
+# needs an all-reduce of the local norms (docs/checklist.md, local_grad_clipping).
 NORM_OPS = frozenset({"aten::_foreach_norm", "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm"})
 
 

@@ -21,7 +21,7 @@ from overlapscope.contract.manifest import Manifest
 from overlapscope.contract.names import MANIFEST_FILE as MANIFEST_NAME
 TRACE_SUFFIXES = (".json", ".json.gz")
 
-# The rank a file name carries: rank-3, rank_3, rank3, worker3 (DESIGN: input rules).
+# The rank a file name carries: rank-3, rank_3, rank3, worker3 (docs/architecture.md, inputs).
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
 

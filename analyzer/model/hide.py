@@ -31,10 +31,10 @@ def tokens_to_hide(
     flops_per_s: float, bandwidth_bytes_per_s: float, gpus: int | None = None,
     grad_bytes: float = GRAD_BYTES,
 ) -> float:
-    """Tokens per GPU per micro-batch above which the DDP all-reduce hides (seed proposition).
+    """Tokens per GPU per micro-batch above which the DDP all-reduce hides (docs/model.md).
 
     T >= (grad_bytes / 2) F / W (N-1)/N: bf16 gives F/W (N-1)/N, fp32 reduction
-    doubles it. ``gpus=None`` gives the seed's large-N approximation F/W.
+    doubles it. ``gpus=None`` gives the large-N approximation F/W.
     """
     check_positive("flops_per_s", flops_per_s)
     check_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s)
@@ -52,8 +52,8 @@ def stage_tokens_to_hide(
 ) -> float:
     """Tokens per GPU per micro-batch at which a stage's comm time equals its compute.
 
-    The comm is held against the compute that can hide it (seed section 3 and the
-    worked example, step 4):
+    The comm is held against the compute that can hide it (docs/model.md, the
+    overlap condition and the worked example, step 4):
 
     - ddp: all-reduce of the gradients against the backward pass (4 Psi T / F);
     - zero1, zero2: reduce-scatter of the gradients against the backward pass (the
@@ -94,7 +94,7 @@ VERDICT_THRESHOLDS = (
 
 @dataclass(frozen=True)
 class OverlapVerdict:
-    """Whether a stage's communication hides behind compute, by the seed's model."""
+    """Whether a stage's communication hides behind compute, by the data-parallel model."""
 
     tokens_to_hide: float
     """Tokens per GPU per micro-batch at which comm time equals compute time."""
@@ -112,7 +112,7 @@ def overlap_verdict(
 ) -> OverlapVerdict:
     """Verdict for ``tokens`` per GPU per micro-batch (see ``stage_tokens_to_hide``).
 
-    Psi cancels (seed proposition), so no parameter count is needed.
+    Psi cancels (docs/model.md), so no parameter count is needed.
     """
     check_positive("tokens", tokens)
     threshold = stage_tokens_to_hide(stage, flops_per_s, bandwidth_bytes_per_s, gpus,

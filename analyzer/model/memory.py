@@ -1,7 +1,6 @@
 """The analytic model of data parallelism, ZeRO and FSDP: pure functions, no I/O.
 
-Every formula is from ``shared/seed/data-parallelism-zero-fsdp.txt`` (the seed),
-section 3 unless noted. Notation and units:
+Every formula is derived in docs/model.md. Notation and units:
 
 - ``params`` (Psi): number of parameters;
 - ``gpus`` (N_d): data-parallel GPUs; ``group`` (G): HSDP shard group, R = N_d / G;
@@ -15,9 +14,9 @@ section 3 unless noted. Notation and units:
 Stages: ``ddp`` (ZeRO-0), ``zero1``, ``zero2``, ``zero3`` (FSDP full shard) and
 ``hsdp`` (FSDP hybrid shard: ZeRO-3 inside groups of G, replicas across them).
 This module: model-state memory and the collectives (elements, bytes) of a step.
-Compute time, tokens to hide and the verdict live in ``model_overlap``; ring
-collectives, bus bandwidth and the latency fit in ``model_collectives``; the
-overlap timelines (DDP buckets, FSDP units) in ``model_timeline``.
+Tokens to hide and the verdict live in ``model.hide``; ring collectives, bus
+bandwidth and the latency fit in ``model.ring``; the overlap timelines (DDP
+buckets, FSDP units) in ``model.replay``.
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ def check_group(gpus: int, group: int | None, stage: str) -> None:
 
 
 def to_gb(num_bytes: float) -> float:
-    """Bytes to GB (1 GB = 1e9 bytes, as in the seed)."""
+    """Bytes to GB (1 GB = 1e9 bytes, as docs/model.md counts)."""
     return num_bytes / BYTES_PER_GB
 
 
@@ -97,7 +96,7 @@ class ModelStateBytes:
 def model_state_breakdown(
     stage: str, params: float, gpus: int, k: float = ADAM_K, group: int | None = None
 ) -> ModelStateBytes:
-    """Weights, gradients and optimizer states per GPU (bytes), seed's theorem table.
+    """Weights, gradients and optimizer states per GPU (bytes), docs/model.md, model-state memory.
 
     DDP (4+K)Psi; ZeRO-1 4Psi + K Psi/N; ZeRO-2 2Psi + (2+K)Psi/N; ZeRO-3 (4+K)Psi/N;
     HSDP (4+K)Psi/G (``group`` required for ``hsdp``, ignored otherwise).
@@ -150,7 +149,7 @@ class Collective:
 
     @property
     def volume_elements(self) -> float:
-        """Elements per step in the seed's accounting: an all-reduce counts twice
+        """Elements per step in the model's accounting: an all-reduce counts twice
         (reduce-scatter + all-gather), before the (N-1)/N factor."""
         return self.count * self.message_elements * (2 if self.kind == "all_reduce" else 1)
 
@@ -176,7 +175,7 @@ def stage_collectives(
     weight_bytes: float = WEIGHT_BYTES,
     reshard_after_forward: bool = True,
 ) -> tuple[Collective, ...]:
-    """The collectives of one optimizer step of ``stage`` (seed section 3 tables).
+    """The collectives of one optimizer step of ``stage`` (docs/model.md, communication volume).
 
     - DDP: one all-reduce of the gradients per step (``no_sync`` inside accumulation).
     - ZeRO-1: one reduce-scatter of the gradients and one all-gather of the new
@@ -188,7 +187,7 @@ def stage_collectives(
       all-gather: 2 m Psi.
     - HSDP: ZeRO-3 inside each group of G GPUs, plus an all-reduce of each GPU's
       gradient shard (Psi/G elements) across the R = N/G replicas. Assumption (the
-      seed states the per-micro-batch case only): with accumulation the replica
+      model states the per-micro-batch case only): with accumulation the replica
       all-reduce runs in every micro-batch, FSDP2's default.
     """
     check_stage(stage)
@@ -224,7 +223,7 @@ class CommPerGpu:
     """What one GPU sends per optimizer step."""
 
     elements: float
-    """Seed's volume (DDP 2Psi, ZeRO-1 2Psi, ZeRO-2 (m+1)Psi, ZeRO-3 3mPsi), before (N-1)/N."""
+    """The model's volume (DDP 2Psi, ZeRO-1 2Psi, ZeRO-2 (m+1)Psi, ZeRO-3 3mPsi), before (N-1)/N."""
     wire_elements: float
     """Elements actually sent: each collective's volume x (n-1)/n of its group."""
     bytes: float

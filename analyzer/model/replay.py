@@ -1,8 +1,8 @@
 """Timeline replays that predict exposed communication: DDP buckets and FSDP units.
 
 Pure and deterministic: durations in, start/end/exposed times out, all in
-seconds from the start of the replayed pass. Seed sections "How DDP overlaps the
-all-reduce with the backward pass" and "How FSDP implements ZeRO-3".
+seconds from the start of the replayed pass. docs/model.md, "The replays"
+(DDP buckets, FSDP units) says what each assumes and why.
 
 Shared assumptions (each function adds its own):
 
@@ -12,7 +12,7 @@ Shared assumptions (each function adds its own):
   issued at ``t`` starts at ``max(t, end of the previous collective)``.
 - Comm running beside compute is not slowed down by it (no contention).
 - Exposed time of a collective = the part of its interval not covered by compute
-  (DESIGN "exposed comm"); collectives never overlap each other here.
+  (docs/definitions.md, "exposed comm"); collectives never overlap each other here.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def replay_ddp(buckets: Sequence[Bucket], backward_end_s: float) -> DdpTimeline:
     order, the same on every rank), each at max(its ready time, the previous
     bucket's end). A bucket's exposed time is the part of its all-reduce after
     ``backward_end_s``; with buckets that finish before the next one is ready,
-    only the last one is exposed (seed: "What stays exposed").
+    only the last one is exposed (docs/model.md, "DDP buckets").
     """
     if backward_end_s < 0:
         raise ValueError(f"backward_end_s must be >= 0, got {backward_end_s}")
@@ -164,7 +164,7 @@ class FsdpSpan:
     """The unit's name."""
     phase: str
     """``forward``, ``backward`` (compute) or ``forward_allgather``,
-    ``backward_allgather``, ``reduce_scatter`` (comm, DESIGN phase names)."""
+    ``backward_allgather``, ``reduce_scatter`` (comm, the phase names of docs/definitions.md)."""
     start_s: float
     """Start (seconds from the step start)."""
     end_s: float
@@ -284,7 +284,7 @@ def _pass(lanes: _Lanes, units: Sequence[FsdpUnit], compute: str, gather: str | 
 
 
 def replay_fsdp(units: Sequence[FsdpUnit], options: FsdpOptions = FsdpOptions()) -> FsdpTimeline:
-    """Replay the forward and backward pass of FSDP units (seed figure on FSDP).
+    """Replay the forward and backward pass of FSDP units (docs/model.md, "FSDP units").
 
     Forward in the given order, each unit's compute after its all-gather:
     without prefetch the all-gather of unit i is issued when unit i-1's compute

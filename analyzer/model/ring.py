@@ -1,9 +1,8 @@
 """Ring collectives: bytes on the wire, bus bandwidth, predicted time, latency fit.
 
-Pure functions, no I/O. Sources: lesson 7 as quoted in
-``shared/seed/data-parallelism-zero-fsdp.txt`` section 3 ("a ring reduce-scatter
-or all-gather of n bytes sends (N-1)/N n bytes per GPU; a ring all-reduce sends
-twice that") and the bus-bandwidth definitions of nccl-tests (``PERFORMANCE.md``).
+Pure functions, no I/O. docs/model.md, "The ring factor" (a ring reduce-scatter or
+all-gather of n bytes sends (N-1)/N n bytes per GPU; a ring all-reduce twice
+that) and the bus-bandwidth definitions of nccl-tests (``PERFORMANCE.md``).
 
 Conventions used by every function here:
 
@@ -47,7 +46,7 @@ def wire_bytes(kind: str, message_bytes: float, gpus: int) -> float:
 def ring_latency_s(kind: str, gpus: int, alpha_s: float) -> float:
     """Latency term of a ring collective: hops x alpha (seconds).
 
-    All-reduce takes 2(N-1) hops (seed section 7: "the latency term 2(N_d-1)alpha");
+    All-reduce takes 2(N-1) hops (docs/model.md: "the latency term 2(N_d-1)alpha");
     reduce-scatter, all-gather, all-to-all, broadcast and reduce take N-1;
     send_recv one.
     """

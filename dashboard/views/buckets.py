@@ -57,7 +57,7 @@ def render() -> None:
         if any(g.get("predicted_comm_ms") is not None for g in groups):
             st.altair_chart(charts.predicted_vs_measured(groups), width="stretch")
             st.caption("Predicted from the bytes, W and the latency term (ring collectives), and the "
-                       "seed's overlap timeline for exposed time.")
+                       "model's overlap timeline (docs/model.md) for exposed time.")
         else:
             st.info("No prediction: the model needs W (collective sizes or a calibration).")
 

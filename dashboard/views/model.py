@@ -1,4 +1,4 @@
-"""Model: comm time over backward time against tokens per GPU (the seed's F/W
+"""Model: comm time over backward time against tokens per GPU (the data-parallel model's F/W
 threshold, with this run's point), and model-state memory per ZeRO stage
 against the device memory and the measured peak."""
 
@@ -13,7 +13,7 @@ def _ratio_section(result: dict, analysis: dict, run_id: int) -> None:
     st.subheader("Does the communication hide? Comm time / backward time against tokens per GPU")
     threshold = shape.hide_threshold(result["model"])
     if threshold["tokens_to_hide"] is None:
-        st.info("Cannot draw the seed's curve: missing " + ", ".join(threshold["missing"]) + ".")
+        st.info("Cannot draw the model's curve: missing " + ", ".join(threshold["missing"]) + ".")
         return
     if not threshold["tokens"]:
         entered = st.number_input("Tokens per GPU per micro-batch (not in the manifest: enter it to place this run)",
@@ -27,8 +27,8 @@ def _ratio_section(result: dict, analysis: dict, run_id: int) -> None:
     st.caption(
         f"Stage {threshold['stage']}, {threshold['gpus']} GPUs, F = {f / 1e12:.3g} TFLOP/s, W = {w / 1e9:.3g} GB/s, "
         f"{threshold['grad_bytes']:g} bytes per reduced gradient: comm hides when T ≥ T_hide = "
-        f"{threshold['tokens_to_hide']:,.0f} tokens (ratio ≤ 1; the seed's F/W (N-1)/N scaled by the stage and dtype). "
-        "The measured point is the median step's comm over 2/3 of its compute (the seed's backward share).")
+        f"{threshold['tokens_to_hide']:,.0f} tokens (ratio ≤ 1; the model's F/W (N-1)/N scaled by the stage and dtype). "
+        "The measured point is the median step's comm over 2/3 of its compute (the backward's share of the FLOPs).")
     if not threshold["tokens"]:
         st.info("This run's point needs the tokens per GPU per micro-batch (`tokens_per_microbatch` in the "
                 "tracer's manifest, or enter it above); the orange level is the measured ratio.")
@@ -54,7 +54,7 @@ def _memory_section(result: dict, facts: dict, run_id: int) -> None:
     drawn_device = device if shape.on_scale(device, largest) else None
     st.altair_chart(charts.memory(rows, drawn_device, peak), width="stretch")
     notes = [f"{params:,} parameters on {facts['world_size']} GPUs; bf16 weights and gradients and "
-             "K = 12 optimizer bytes per parameter (the seed's mixed-precision Adam); activations not included."]
+             "K = 12 optimizer bytes per parameter (mixed-precision Adam); activations not included."]
     if device and not drawn_device:
         notes.append(f"Device memory ({device / 1e9:.3g} GB, from the {facts['device_memory_source']}) is "
                      f"{device / largest:,.0f}x the largest stage: left off the chart.")
