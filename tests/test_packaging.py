@@ -1,0 +1,66 @@
+"""The wheel: one overlapscope.* namespace, the samples inside it as package data,
+usable from a directory outside the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+
+import pytest
+
+from conftest import ROOT, SAMPLES
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        if "Could not find a version" in done.stderr or "No matching distribution" in done.stderr:
+            pytest.skip("no package index to build the wheel with")
+        raise AssertionError(done.stderr[-2000:])
+    (path,) = out.glob("overlapscope-*.whl")
+    return path
+
+
+def test_the_wheel_installs_one_namespace_and_the_samples(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"overlapscope"}, tops  # no generic top-level tracer/analyzer/dashboard
+    for sub in ("contract", "tracer", "analyzer", "cli", "dashboard", "sample_traces"):
+        assert any(n.startswith(f"overlapscope/{sub}/") for n in names), sub
+    samples = {n.split("/")[2] for n in names if n.startswith("overlapscope/sample_traces/") and n.endswith(".gz")}
+    assert samples == {p.name for p in SAMPLES.iterdir() if p.is_dir() and any(p.glob("*.json.gz"))}
+    assert any(n.startswith("overlapscope/analyzer/sql/queries/") and n.endswith(".sql") for n in names)
+
+
+def test_an_installed_wheel_preloads_the_samples_outside_the_checkout(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, timeout=300)
+    code = (
+        "import overlapscope.analyzer, sys\n"
+        "from overlapscope.analyzer.store import catalog\n"
+        "bundles = catalog.sample_bundles()\n"
+        "con = catalog.open_catalog(sys.argv[1])\n"
+        "catalog.ingest(con, [str(bundles[0])], 'sample')\n"
+        "print(overlapscope.analyzer.__file__)\n"
+        "print(catalog.SAMPLES_DIR)\n"
+        "print(len(bundles), catalog.runs(con)[0]['headline']['step_ms'] > 0)\n"
+    )
+    # -S: no site-packages hooks, so the checkout's editable install stays out; the
+    # dependencies come from this interpreter's site-packages, after the wheel.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"],
+                                                        sysconfig.get_paths()["platlib"]])}
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path / "c.duckdb")], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    module, samples, counts = out.stdout.splitlines()
+    assert module.startswith(str(target)) and samples.startswith(str(target))
+    assert counts == f"{len([p for p in SAMPLES.iterdir() if p.is_dir() and any(p.glob('*.json.gz'))])} True"
