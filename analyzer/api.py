@@ -3,16 +3,15 @@
 Each command has two forms: from trace paths (loaded into an in-memory store
 with only what its analysis reads) and ``*_run`` for a run already in a store
 (the catalog, the dashboard). Nothing here imports duckdb: a load forks its
-decode workers before the store opens.
+decode workers before the store opens. The attribution and the checklist are
+imported where they are used: ``analyze`` starts faster without them.
 """
 
 from __future__ import annotations
 
-from overlapscope.analyzer import checklist
 from overlapscope.analyzer.headline import failed, headline
 from overlapscope.analyzer.ingest.load import load
 from overlapscope.analyzer.measure import overlap
-from overlapscope.analyzer.predict import buckets as buckets_report
 from overlapscope.analyzer.store.runinfo import run_info
 
 
@@ -42,6 +41,8 @@ def buckets(paths: list[str], workers: int | None = None, tokens: float | None =
 
 
 def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
+    from overlapscope.analyzer.predict import buckets as buckets_report
+
     a = buckets_report.analysis(con, run_id, tokens)
     return {"run": a.info.describe(), **buckets_report.report(a)}
 
@@ -54,6 +55,9 @@ def diagnose(paths: list[str], workers: int | None = None, tokens: float | None 
 
 def diagnose_run(con, run_id: int, tokens: float | None = None) -> dict:
     """``diagnose`` for a run already in a store; its headline names the failed rules."""
+    from overlapscope.analyzer import checklist
+    from overlapscope.analyzer.predict import buckets as buckets_report
+
     a = buckets_report.analysis(con, run_id, tokens)
     result = checklist.diagnose(con, a)
     return {"run": a.info.describe(), "headline": headline(a.overlap, failed(result["findings"])), **result}

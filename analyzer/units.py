@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+NS_PER_US = 1_000
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 MS_DIGITS = 6  # milliseconds keep every nanosecond

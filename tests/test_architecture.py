@@ -4,6 +4,7 @@ no word_* prefixes standing in for subpackages, every SQL script declares itself
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -160,8 +161,6 @@ def test_every_sql_script_declares_what_it_needs_and_makes():
 def test_no_script_reads_another_scripts_private_tables():
     """Private tables (_xx_*) belong to the script that makes them; shared ones are declared."""
     from overlapscope.analyzer import sql
-
-    import re
 
     for name in sql.scripts():
         text = sql.text(name)

@@ -18,7 +18,7 @@ from overlapscope.analyzer.ingest.classify import NORM_OPS
 from overlapscope.analyzer.measure import rates
 from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.predict.buckets import RunAnalysis
-from overlapscope.analyzer.units import NS_PER_MS
+from overlapscope.analyzer.units import NS_PER_US
 from overlapscope.contract.manifest import Manifest
 
 
@@ -75,7 +75,7 @@ class CheckContext:
 
 
 def build(con, analysis: RunAnalysis) -> CheckContext:
-    sql.ensure(con, "checklist", run_id=analysis.info.run_id, launch_gap_ns=int(t("launch_gap_us") * NS_PER_MS / 1000),
+    sql.ensure(con, "checklist", run_id=analysis.info.run_id, launch_gap_ns=int(t("launch_gap_us") * NS_PER_US),
                norm_ops=sorted(NORM_OPS))
     return CheckContext(analysis, sql.rows(con, "checklist.idle"), sql.rows(con, "checklist.flops"),
                         sql.rows(con, "checklist.norms"), rates.instances(analysis.collectives))

@@ -16,7 +16,6 @@ from overlapscope.analyzer import sql
 
 from overlapscope.analyzer.errors import CatalogBusy, UsageError
 from overlapscope.analyzer.ingest.load import load
-from overlapscope.analyzer.store import results
 
 # store (and with it duckdb) is imported inside the functions: a command that
 # decodes traces forks its workers before duckdb starts any thread.
@@ -69,6 +68,8 @@ def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: 
     workers are forked only while no DuckDB connection is open.
     ``on_decoded(done, total)`` reports each decoded file (from the calling thread).
     """
+    from overlapscope.analyzer.store import results  # the checklist: imported when a run is stored
+
     if not name:
         raise UsageError("a run needs a name (--run NAME)")
     loaded = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers,

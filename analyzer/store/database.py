@@ -26,9 +26,14 @@ def connect(path: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyC
         migrate.check_readable(con, path)
         con.execute(sql.text("intervals").replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"))
         return con
+    if path == ":memory:":  # a one-shot store: nothing to upgrade
+        con.execute(sql.text("schema"))
+        con.execute(sql.text("intervals"))
+        return con
+    found = migrate.version(con)  # before the schema adds what a newer version has
     con.execute(sql.text("schema"))
     con.execute(sql.text("intervals"))
-    migrate.upgrade(con)  # after the macros: an upgrade recomputes headlines
+    migrate.upgrade(con, found)  # after the macros: an upgrade recomputes headlines
     return con
 
 

@@ -17,7 +17,7 @@ class CatalogOutdated(UsageError):
     """A read-only connection met a catalog of an older schema (open it for writing once to upgrade)."""
 
 
-def _version(con) -> int | None:
+def version(con) -> int | None:
     """The catalog's schema version; None for a file without tables (a new catalog)."""
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
     if "runs" not in tables:
@@ -30,11 +30,11 @@ def _version(con) -> int | None:
 
 def check_readable(con, path) -> None:
     """A read-only connection cannot upgrade: say what to do with an old or newer catalog."""
-    version = _version(con)
-    if version is not None and version > SCHEMA_VERSION:
-        raise UsageError(f"{path}: catalog schema version {version} is newer than this overlapscope "
+    found = version(con)
+    if found is not None and found > SCHEMA_VERSION:
+        raise UsageError(f"{path}: catalog schema version {found} is newer than this overlapscope "
                          f"({SCHEMA_VERSION}); upgrade overlapscope")
-    if version is not None and version < SCHEMA_VERSION:
+    if found is not None and found < SCHEMA_VERSION:
         con.close()
         raise CatalogOutdated(f"{path}: the catalog was written by an older overlapscope; open it once for "
                               "writing (overlapscope ingest, or the dashboard) to upgrade it")
@@ -45,17 +45,17 @@ def _columns(con, table: str) -> set[str]:
         "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND NOT internal", [table]).fetchall()}
 
 
-def upgrade(con) -> None:
-    """Upgrade in place, in one transaction (a new catalog only gets its version)."""
-    version = _version(con)
-    if version is not None and version > SCHEMA_VERSION:
-        raise UsageError(f"catalog schema version {version} is newer than this overlapscope "
+def upgrade(con, found: int | None) -> None:
+    """Upgrade from version ``found`` (``version()`` before the schema ran) in one
+    transaction; a new catalog (None) only gets its version."""
+    if found is not None and found > SCHEMA_VERSION:
+        raise UsageError(f"catalog schema version {found} is newer than this overlapscope "
                          f"({SCHEMA_VERSION}); upgrade overlapscope")
-    if version == SCHEMA_VERSION:
+    if found == SCHEMA_VERSION:
         return
     con.execute("BEGIN TRANSACTION")
     try:
-        if version == 1:
+        if found == 1:
             _from_1(con)
         con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
         con.execute("COMMIT")
