@@ -37,11 +37,13 @@ def emit(result: dict, as_json: bool, print_text) -> int:
     """Print a result as JSON (the contract) or as the command's readable text."""
     import sys
 
-    if as_json:
+    if as_json:  # warnings are in the JSON (run.warnings)
         sys.stdout.flush()
         sys.stdout.buffer.write(to_json(result) + b"\n")
         sys.stdout.flush()
     else:
+        for line in (result.get("run") or {}).get("warnings") or []:
+            print(f"overlapscope: warning: {line}", file=sys.stderr)
         print_text(result)
     return 0
 

@@ -57,10 +57,14 @@ def test_synthetic_edge_cases(tmp_path):
           decode_source(TraceSource(cpu), "full", use_scanner=False))
 
 
-def test_the_scanner_declines_what_it_does_not_read():
-    scan = frames._kineto_scan.scan
-    assert scan(b'{"traceEvents": [1, 2]}') is None
-    assert scan(b'{"a": 1}') is None
-    assert scan(b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}') is None
-    assert scan(b'{"traceEvents": [{"ph": "X", "ts": 1}') is None  # truncated
-    assert scan(b"[]") is None
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_the_scanner_reads_the_same_in_any_chunks(tmp_path, monkeypatch, chunk):
+    """A token, an event or the header cut anywhere by the chunking reads the same:
+    the scanner keeps only the unfinished tail of a chunk."""
+    from overlapscope.analyzer.ingest import stream
+
+    t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1, name='k "q" \\ \u00e9').comm(20, 40, step=1)
+    path = write(t, tmp_path / "rank-0.json", gz=True)
+    whole = decode_source(TraceSource(path), "full")
+    monkeypatch.setattr(stream, "CHUNK_BYTES", chunk)
+    _same(decode_source(TraceSource(path), "full"), whole)

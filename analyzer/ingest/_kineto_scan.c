@@ -1,22 +1,40 @@
 /*
- * _kineto_scan: one pass over a Kineto (Chrome trace) JSON document that
- * returns its events as columns, without a Python object per event.
+ * _kineto_scan: a streaming, bounded scanner of Kineto (Chrome trace) JSON that
+ * returns the events as columns, without a Python object per event.
  *
- * scan(buffer) -> dict or None
- *   n            number of entries in traceEvents
- *   ph           bytes, n x uint8: the phase character ('X', 'i', 's', 'M', ...; 0 when absent)
- *   cat, name,   bytes, n x int32: token ids (-1 when absent) into ``tokens``
+ *   s = Scanner(keep, max_value_bytes=..., max_depth=..., max_tokens=...)
+ *   s.feed(chunk)   any number of times, with consecutive pieces of the document
+ *   s.finish()  ->  dict (below)
+ *
+ * The scanner never holds the document: it keeps the bytes not yet parsed (at most
+ * one event, or one top-level member, plus a chunk), the columns of the events it
+ * keeps, their args when asked, and each distinct token once.
+ *
+ * keep(ph: int, cat: bytes | None, name: bytes | None) -> int is called once per
+ * distinct (ph, cat, name) and says what to keep of such events:
+ *   0 count only   1 the row   2 the row and its raw args
+ *   3, 4 as 1, 2 but only on a CPU-only trace: once an event of category "kernel"
+ *        is seen, the rows kept so far under 3 or 4 are dropped, and later ones too.
+ *
+ * finish() returns
+ *   n            events in traceEvents (kept or not); by_ph: bytes, 256 x int64 counts
+ *   kept         rows kept; ph: bytes, kept x uint8 (0 when absent)
+ *   cat, name,   bytes, kept x int32: token ids (-1 when absent) into ``tokens``
  *   pid, tid, id
- *   ts, dur      bytes, n x float64 (NaN when absent)
- *   args_start,  bytes, n x int64: byte range of the raw "args" object (length 0 when absent)
+ *   ts, dur      bytes, kept x float64 (NaN when absent)
+ *   args_start,  bytes, kept x int64: the row's raw args object in ``args`` (length 0: none kept)
  *   args_len
+ *   args         bytes: the kept args objects, one after another
  *   tokens       list of bytes: each distinct raw token once, quotes included for
  *                strings (so "12" and 12 stay apart); the caller decodes them
- *   top          list of (key bytes, start, end): the other top-level members, raw
+ *   top          list of (key bytes, raw value bytes): the other top-level members
+ *   gpu          whether an event of category "kernel" was seen
  *
- * None means "not the simple shape this scanner reads" (malformed JSON, escaped
- * keys, a traceEvents that is not an array of objects ...): the caller then uses
- * the general decoder, which also produces the precise error message.
+ * Errors (ValueError, one line, with the byte offset) are the input's: invalid
+ * JSON, a value nested deeper than max_depth, one event or member larger than
+ * max_value_bytes, more distinct tokens than max_tokens, a traceEvents entry that
+ * is not an object, a field of the wrong JSON type, data after the document, or a
+ * document that ends too early.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,35 +43,69 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    const char *p;
-    const char *end;
-    int bad;
-} Cursor;
-
-/* ---- growable column ------------------------------------------------------------ */
+/* ---- growable buffer ------------------------------------------------------------- */
 
 typedef struct {
     char *data;
-    Py_ssize_t len;  /* bytes used */
+    Py_ssize_t len;
     Py_ssize_t cap;
 } Buf;
 
+static int buf_reserve(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap * 2 : 1 << 12;
+    while (cap < b->len + extra) cap *= 2;
+    char *d = realloc(b->data, cap);
+    if (!d) return -1;
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
 static int buf_push(Buf *b, const void *item, Py_ssize_t size) {
-    if (b->len + size > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap * 2 : 1 << 16;
-        while (cap < b->len + size) cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) return -1;
-        b->data = d;
-        b->cap = cap;
-    }
+    if (buf_reserve(b, size) < 0) return -1;
     memcpy(b->data + b->len, item, size);
     b->len += size;
     return 0;
 }
 
-/* ---- token interning (open addressing on the raw bytes) ---------------------------- */
+/* ---- arena: token bytes that never move ------------------------------------------- */
+
+typedef struct Block {
+    struct Block *next;
+    Py_ssize_t used, cap;
+    char data[];
+} Block;
+
+typedef struct {
+    Block *head;
+} Arena;
+
+static const char *arena_copy(Arena *a, const char *s, Py_ssize_t len) {
+    if (!a->head || a->head->used + len > a->head->cap) {
+        Py_ssize_t cap = len > (1 << 16) ? len : (1 << 16);
+        Block *b = malloc(sizeof(Block) + cap);
+        if (!b) return NULL;
+        b->next = a->head;
+        b->used = 0;
+        b->cap = cap;
+        a->head = b;
+    }
+    char *out = a->head->data + a->head->used;
+    memcpy(out, s, len);
+    a->head->used += len;
+    return out;
+}
+
+static void arena_free(Arena *a) {
+    while (a->head) {
+        Block *n = a->head->next;
+        free(a->head);
+        a->head = n;
+    }
+}
+
+/* ---- token interning (open addressing on the raw bytes) --------------------------------- */
 
 typedef struct {
     const char *s;
@@ -66,8 +118,14 @@ typedef struct {
     Slot *slots;
     Py_ssize_t cap;  /* power of two */
     Py_ssize_t count;
-    Buf order;       /* Slot index by id: (s, len) pairs */
+    Buf order;       /* (s, len) pairs by id */
 } Table;
+
+static uint64_t mix(uint64_t h) {
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    return h ^ (h >> 29);
+}
 
 /* A word-at-a-time multiplicative hash: names are long kernel signatures. */
 static uint64_t token_hash(const char *s, Py_ssize_t len) {
@@ -102,7 +160,8 @@ static int table_grow(Table *t) {
     return 0;
 }
 
-static int32_t table_id(Table *t, const char *s, Py_ssize_t len) {
+/* The id of a token (copied into the arena the first time); -2 on failure. */
+static int32_t table_id(Table *t, Arena *a, const char *s, Py_ssize_t len) {
     if ((t->count + 1) * 2 > t->cap && table_grow(t) < 0) return -2;
     uint64_t h = token_hash(s, len);
     Py_ssize_t j = h & (t->cap - 1);
@@ -111,132 +170,266 @@ static int32_t table_id(Table *t, const char *s, Py_ssize_t len) {
             return t->slots[j].id;
         j = (j + 1) & (t->cap - 1);
     }
-    t->slots[j].s = s;
+    const char *own = arena_copy(a, s, len ? len : 1);
+    if (!own) return -2;
+    t->slots[j].s = own;
     t->slots[j].len = len;
     t->slots[j].hash = h;
     t->slots[j].id = (int32_t)t->count;
-    const char *pair[2] = {s, (const char *)(intptr_t)len};
+    const char *pair[2] = {own, (const char *)(intptr_t)len};
     if (buf_push(&t->order, pair, sizeof(pair)) < 0) return -2;
     return (int32_t)t->count++;
 }
 
-/* ---- JSON scanning ------------------------------------------------------------------- */
+/* ---- keep cache: (ph, cat, name) -> mode ------------------------------------------- */
 
-/* Characters that end a number or literal, and those that make up a number. */
-static unsigned char DELIM[256], NUMERIC[256];
+typedef struct {
+    uint64_t *keys;  /* key + 1; 0 = empty */
+    unsigned char *modes;
+    Py_ssize_t cap, count;
+} Cache;
+
+static int cache_grow(Cache *c) {
+    Py_ssize_t cap = c->cap ? c->cap * 2 : 256;
+    uint64_t *keys = calloc(cap, sizeof(uint64_t));
+    unsigned char *modes = calloc(cap, 1);
+    if (!keys || !modes) {
+        free(keys);
+        free(modes);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < c->cap; i++) {
+        if (c->keys[i]) {
+            Py_ssize_t j = mix(c->keys[i]) & (cap - 1);
+            while (keys[j]) j = (j + 1) & (cap - 1);
+            keys[j] = c->keys[i];
+            modes[j] = c->modes[i];
+        }
+    }
+    free(c->keys);
+    free(c->modes);
+    c->keys = keys;
+    c->modes = modes;
+    c->cap = cap;
+    return 0;
+}
+
+/* ---- the scanner ---------------------------------------------------------------------- */
+
+enum {
+    S_START, S_FIRST_KEY, S_KEY, S_COLON, S_MEMBER, S_MEMBER_SEP,
+    S_EVENTS_OPEN, S_FIRST_EVENT, S_EVENT, S_EVENT_SEP, S_END
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *keep;
+    PyObject *top;          /* list of (key, value) */
+    Buf pending;            /* bytes not parsed yet */
+    Py_ssize_t pos;         /* parsed prefix of pending */
+    long long offset;       /* document offset of pending[0] */
+    int state;
+    char key[64];
+    Py_ssize_t key_len;     /* -1: a key too long to be one of ours (the value is kept raw anyway) */
+    int is_events;
+    int found_events;
+    Py_ssize_t max_value, max_tokens;
+    int max_depth;
+    /* columns */
+    Buf ph, cat, name, pid, tid, id, ts, dur, astart, alen, cond, args;
+    long long n, by_ph[256];
+    Table tokens;
+    Arena arena;
+    Cache cache;
+    int gpu;
+    int32_t kernel_tok;     /* token id of "kernel" once seen */
+    int finished;
+    char **args_keys;       /* keep only these args keys (NULL: all of them) */
+    Py_ssize_t *args_key_lens;
+    Py_ssize_t n_args_keys;
+} Scanner;
+
+static unsigned char DELIM[256], NUMERIC[256], WS[256];
 
 static void init_tables(void) {
-    for (const char *p = ",}] \n\r\t"; *p; p++) DELIM[(unsigned char)*p] = 1;
+    for (const char *p = ",}] \n\r\t:"; *p; p++) DELIM[(unsigned char)*p] = 1;
     for (const char *p = "0123456789+-.eE"; *p; p++) NUMERIC[(unsigned char)*p] = 1;
+    for (const char *p = " \n\r\t"; *p; p++) WS[(unsigned char)*p] = 1;
 }
+
+/* Errors: set a Python ValueError naming the document offset; return -1. */
+static int fail_at(Scanner *s, const char *at, const char *what) {
+    long long where = s->offset + (at - s->pending.data);
+    PyErr_Format(PyExc_ValueError, "%s (at byte %lld)", what, where);
+    return -1;
+}
+
+/* End of a string token from its opening quote; NULL when the buffer ends first. */
+static const char *string_end(const char *p, const char *end) {
+    p++;
+    while (p < end) {
+        const char *q = memchr(p, '"', end - p);
+        if (!q) return NULL;
+        const char *b = q;
+        while (b > p && b[-1] == '\\') b--;
+        if (((q - b) & 1) == 0) return q + 1;
+        p = q + 1;
+    }
+    return NULL;
+}
+
+/* End of a complete JSON value at p (no surrounding whitespace), or NULL when the
+ * buffer ends first (*need = 1) or the value is malformed (*bad set to a message).
+ * Objects and arrays: brackets are counted outside strings, at most max_depth deep;
+ * their inside is checked when decoded (msgspec) or scanned (events). */
+static const char *value_end(const char *p, const char *end, int max_depth, int final, int *need,
+                             const char **bad) {
+    if (p >= end) {
+        *need = 1;
+        return NULL;
+    }
+    char ch = *p;
+    if (ch == '"') {
+        const char *e = string_end(p, end);
+        if (!e) *need = 1;
+        return e;
+    }
+    if (ch == '{' || ch == '[') {
+        int depth = 0;
+        while (p < end) {
+            ch = *p;
+            if (ch == '"') {
+                const char *e = string_end(p, end);
+                if (!e) {
+                    *need = 1;
+                    return NULL;
+                }
+                p = e;
+                continue;
+            }
+            if (ch == '{' || ch == '[') {
+                if (++depth > max_depth) {
+                    *bad = "JSON nested deeper than the limit";
+                    return NULL;
+                }
+            } else if (ch == '}' || ch == ']') {
+                if (--depth == 0) return p + 1;
+            }
+            p++;
+        }
+        *need = 1;
+        return NULL;
+    }
+    const char *start = p;
+    while (p < end && !DELIM[(unsigned char)*p]) p++;
+    if (p == end && !final) {
+        *need = 1;
+        return NULL;
+    }
+    if (p == start) {
+        *bad = "invalid JSON: a value was expected";
+        return NULL;
+    }
+    /* a literal or a number: checked for what it is */
+    Py_ssize_t len = p - start;
+    if ((len == 4 && (!memcmp(start, "true", 4) || !memcmp(start, "null", 4))) ||
+        (len == 5 && !memcmp(start, "false", 5)))
+        return p;
+    for (const char *q = start; q < p; q++)
+        if (!NUMERIC[(unsigned char)*q]) {
+            *bad = "invalid JSON: not a number, string, object, array or literal";
+            return NULL;
+        }
+    return p;
+}
+
+/* ---- one event, complete in [p, end) ----------------------------------------------- */
+
+typedef struct {
+    const char *p, *end;
+    const char *bad;
+} Cursor;
 
 static void skip_ws(Cursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
+    while (c->p < c->end && WS[(unsigned char)*c->p]) c->p++;
 }
 
-static int expect(Cursor *c, char ch) {
+static int take(Cursor *c, char ch) {
     skip_ws(c);
     if (c->p < c->end && *c->p == ch) {
         c->p++;
         return 1;
     }
-    c->bad = 1;
+    if (!c->bad) c->bad = "invalid JSON in an event";
     return 0;
 }
 
-/* A string token from its opening quote; *escaped set when it holds a backslash. */
-static const char *scan_string(Cursor *c, int *escaped) {
-    const char *start = c->p;
-    if (c->p >= c->end || *c->p != '"') {
-        c->bad = 1;
-        return NULL;
-    }
-    c->p++;
-    *escaped = 0;
-    while (c->p < c->end) {
-        const char *q = memchr(c->p, '"', c->end - c->p);
-        if (!q) break;
-        if (memchr(c->p, '\\', q - c->p)) *escaped = 1;
-        /* the quote ends the string unless an odd run of backslashes precedes it */
-        const char *b = q;
-        while (b > c->p && b[-1] == '\\') b--;
-        c->p = q + 1;
-        if (((q - b) & 1) == 0) return start;
-    }
-    c->bad = 1;
-    return NULL;
-}
-
-/* Skip an object or array by counting brackets outside strings: one tight loop
- * (the args of CPU ops, with their shape lists, are most of a trace's bytes).
- * Well-formedness inside is not checked here: a scanned trace is also decoded
- * by msgspec for the values the analyses read. */
-static void skip_balanced(Cursor *c) {
-    int depth = 0;
-    const char *p = c->p, *end = c->end;
-    while (p < end) {
-        char ch = *p;
-        if (ch == '"') {
-            p++;
-            for (;;) {
-                const char *q = memchr(p, '"', end - p);
-                if (!q) {
-                    c->bad = 1;
-                    return;
-                }
-                /* count the backslashes right before the quote: odd means escaped */
-                const char *b = q;
-                while (b > p && b[-1] == '\\') b--;
-                p = q + 1;
-                if (((q - b) & 1) == 0) break;
-            }
-            continue;
-        }
-        if (ch == '{' || ch == '[') depth++;
-        else if (ch == '}' || ch == ']') {
-            if (--depth == 0) {
-                c->p = p + 1;
-                return;
-            }
-        }
-        p++;
-    }
-    c->bad = 1;
-}
-
-static void skip_value(Cursor *c) {
+/* A key, unescaped into out (at most 63 bytes; longer keys are none of ours: len -1). */
+static Py_ssize_t read_key(Cursor *c, char *out) {
     skip_ws(c);
-    if (c->p >= c->end) {
-        c->bad = 1;
-        return;
+    if (c->p >= c->end || *c->p != '"') {
+        c->bad = "invalid JSON in an event: a key was expected";
+        return -2;
     }
-    char ch = *c->p;
-    if (ch == '"') {
-        int esc;
-        scan_string(c, &esc);
-    } else if (ch == '{' || ch == '[') {
-        skip_balanced(c);
-    } else {
-        /* number or literal: up to the next delimiter */
-        const char *start = c->p;
-        while (c->p < c->end && !DELIM[(unsigned char)*c->p]) c->p++;
-        if (c->p == start) c->bad = 1;
+    const char *e = string_end(c->p, c->end);
+    if (!e) {
+        c->bad = "invalid JSON in an event: an unterminated string";
+        return -2;
     }
+    const char *q = c->p + 1, *stop = e - 1;
+    Py_ssize_t n = 0;
+    int too_long = 0;
+    while (q < stop) {
+        char ch = *q++;
+        if (ch == '\\' && q < stop) {
+            char x = *q++;
+            switch (x) {
+            case 'n': ch = '\n'; break;
+            case 't': ch = '\t'; break;
+            case 'r': ch = '\r'; break;
+            case 'b': ch = '\b'; break;
+            case 'f': ch = '\f'; break;
+            case 'u': {
+                if (stop - q < 4) { c->bad = "invalid JSON in an event: a bad \\u escape"; return -2; }
+                unsigned v = 0;
+                for (int i = 0; i < 4; i++) {
+                    char h = q[i];
+                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                           : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
+                }
+                q += 4;
+                if (v > 0x7f) { too_long = 1; ch = '?'; } else ch = (char)v;  /* our keys are ASCII */
+                break;
+            }
+            default: ch = x;
+            }
+        }
+        if (n < 63) out[n++] = ch;
+        else too_long = 1;
+    }
+    c->p = e;
+    return too_long ? -1 : n;
 }
 
-/* The raw token of a scalar value (a string with its quotes, or a number). */
-static const char *scalar_token(Cursor *c, Py_ssize_t *len) {
+/* A scalar's raw token (a string with its quotes, or a number or literal). */
+static const char *scalar(Cursor *c, Py_ssize_t *len, int *is_string) {
     skip_ws(c);
     const char *start = c->p;
     if (c->p < c->end && *c->p == '"') {
-        int esc;
-        if (!scan_string(c, &esc)) return NULL;
+        const char *e = string_end(c->p, c->end);
+        if (!e) {
+            c->bad = "invalid JSON in an event: an unterminated string";
+            return NULL;
+        }
+        c->p = e;
+        *is_string = 1;
     } else {
         while (c->p < c->end && !DELIM[(unsigned char)*c->p]) c->p++;
         if (c->p == start || *start == '{' || *start == '[') {
-            c->bad = 1;
+            c->bad = "invalid JSON in an event: a scalar was expected";
             return NULL;
         }
+        *is_string = 0;
     }
     *len = c->p - start;
     return start;
@@ -245,12 +438,23 @@ static const char *scalar_token(Cursor *c, Py_ssize_t *len) {
 static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-static double number_value(Cursor *c) {
+/* A number (ts, dur): NaN for null; the bad message for anything else. */
+static double number(Cursor *c) {
     skip_ws(c);
     const char *start = c->p;
+    if (c->end - c->p >= 4 && !memcmp(c->p, "null", 4)) {
+        c->p += 4;
+        return NAN;
+    }
     while (c->p < c->end && NUMERIC[(unsigned char)*c->p]) c->p++;
-    if (c->p == start || c->p - start > 63) {
-        c->bad = 1;
+    if (c->p == start || c->p - start > 63 || (c->p < c->end && !DELIM[(unsigned char)*c->p])) {
+        /* a string, object, array or literal is a wrong type; anything else is no JSON */
+        char ch = *start;
+        int json_value = ch == '"' || ch == '{' || ch == '[' ||
+                         (c->end - start >= 4 && !memcmp(start, "true", 4)) ||
+                         (c->end - start >= 5 && !memcmp(start, "false", 5));
+        c->bad = json_value ? "not a Kineto trace: a timestamp or duration that is not a number"
+                            : "invalid JSON: not a number, string, object, array or literal";
         return NAN;
     }
     /* Fast path (Clinger): digits[.digits] with a mantissa below 2^53 and at most 22
@@ -286,132 +490,469 @@ static double number_value(Cursor *c) {
     tmp[c->p - start] = 0;
     char *stop;
     double v = strtod(tmp, &stop);
-    if (*stop) c->bad = 1;
+    if (*stop) c->bad = "not a Kineto trace: a timestamp or duration that is not a number";
     return v;
 }
 
 #define KEY_IS(k, klen, lit) ((klen) == (Py_ssize_t)sizeof(lit) - 1 && memcmp((k), (lit), (klen)) == 0)
 
-typedef struct {
-    Buf ph, cat, name, pid, tid, id, ts, dur, args_start, args_len;
-    Buf top;  /* int64 quadruples: key start, key length, value start, value length */
-    Table tokens;
-    Py_ssize_t n;
-} Columns;
-
-static int32_t intern_token(Cursor *c, Table *t) {
-    Py_ssize_t len;
-    const char *tok = scalar_token(c, &len);
-    if (!tok) return -1;
-    int32_t id = table_id(t, tok, len);
-    if (id == -2) c->bad = 1;
-    return id;
+/* The keep mode of (ph, cat, name), asking Python once per distinct triple; -1 on error. */
+static int keep_mode(Scanner *s, unsigned char ph, int32_t cat, int32_t name) {
+    uint64_t key = (((uint64_t)ph << 56) ^ ((uint64_t)(uint32_t)(cat + 1) << 28) ^ (uint64_t)(uint32_t)(name + 1)) + 1;
+    if ((s->cache.count + 1) * 2 > s->cache.cap && cache_grow(&s->cache) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t j = mix(key) & (s->cache.cap - 1);
+    while (s->cache.keys[j]) {
+        if (s->cache.keys[j] == key) return s->cache.modes[j];
+        j = (j + 1) & (s->cache.cap - 1);
+    }
+    const char **pairs = (const char **)s->tokens.order.data;
+    PyObject *c = cat >= 0 ? PyBytes_FromStringAndSize(pairs[2 * cat], (Py_ssize_t)(intptr_t)pairs[2 * cat + 1])
+                           : (Py_INCREF(Py_None), Py_None);
+    PyObject *nm = name >= 0 ? PyBytes_FromStringAndSize(pairs[2 * name], (Py_ssize_t)(intptr_t)pairs[2 * name + 1])
+                             : (Py_INCREF(Py_None), Py_None);
+    if (!c || !nm) {
+        Py_XDECREF(c);
+        Py_XDECREF(nm);
+        return -1;
+    }
+    PyObject *r = PyObject_CallFunction(s->keep, "iOO", (int)ph, c, nm);
+    Py_DECREF(c);
+    Py_DECREF(nm);
+    if (!r) return -1;
+    long mode = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (mode < 0 || mode > 4) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "keep() must return 0 to 4");
+        return -1;
+    }
+    s->cache.keys[j] = key;
+    s->cache.modes[j] = (unsigned char)mode;
+    s->cache.count++;
+    return (int)mode;
 }
 
-static void scan_event(Cursor *c, const char *base, Columns *cols) {
+/* Drop the rows kept only for a CPU-only trace (cond), now that a kernel was seen. */
+static void drop_conditional(Scanner *s) {
+    Py_ssize_t n = s->cond.len, w = 0;
+    const unsigned char *cond = (const unsigned char *)s->cond.data;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (cond[i]) continue;
+        if (w != i) {
+            s->ph.data[w] = s->ph.data[i];
+            memcpy(s->cat.data + 4 * w, s->cat.data + 4 * i, 4);
+            memcpy(s->name.data + 4 * w, s->name.data + 4 * i, 4);
+            memcpy(s->pid.data + 4 * w, s->pid.data + 4 * i, 4);
+            memcpy(s->tid.data + 4 * w, s->tid.data + 4 * i, 4);
+            memcpy(s->id.data + 4 * w, s->id.data + 4 * i, 4);
+            memcpy(s->ts.data + 8 * w, s->ts.data + 8 * i, 8);
+            memcpy(s->dur.data + 8 * w, s->dur.data + 8 * i, 8);
+            memcpy(s->astart.data + 8 * w, s->astart.data + 8 * i, 8);
+            memcpy(s->alen.data + 8 * w, s->alen.data + 8 * i, 8);
+            s->cond.data[w] = 0;
+        }
+        w++;
+    }
+    s->ph.len = w;
+    s->cond.len = w;
+    s->cat.len = s->name.len = s->pid.len = s->tid.len = s->id.len = 4 * w;
+    s->ts.len = s->dur.len = s->astart.len = s->alen.len = 8 * w;
+    /* the dropped rows' args stay in the args buffer until the end: compacting it
+     * would cost a copy of everything kept; they are few (conditional rows keep args
+     * only where the analyses read them) */
+}
+
+/* The members of a complete args object whose keys are in s->args_keys, as a new
+ * object appended to s->args: the analyses read a few keys of each event's args,
+ * and a kernel's args hold many more (grid, block, registers, ...). */
+static int keep_args(Scanner *s, const char *p, const char *end) {
+    if (!s->args_keys) return buf_push(&s->args, p, end - p);
+    Py_ssize_t mark = s->args.len;
+    if (buf_push(&s->args, "{", 1) < 0) return -1;
+    int first = 1;
+    Cursor c = {p + 1, end, NULL};
+    for (;;) {
+        skip_ws(&c);
+        if (c.p >= c.end || *c.p == '}') break;
+        const char *kstart = c.p;
+        char key[64];
+        Py_ssize_t klen = read_key(&c, key);
+        if (klen == -2 || !take(&c, ':')) break;
+        skip_ws(&c);
+        int need = 0;
+        const char *bad = NULL;
+        const char *vend = value_end(c.p, c.end, s->max_depth, 1, &need, &bad);
+        if (!vend) break;
+        int wanted = 0;
+        for (Py_ssize_t i = 0; i < s->n_args_keys && klen >= 0; i++)
+            if (s->args_key_lens[i] == klen && !memcmp(s->args_keys[i], key, klen)) wanted = 1;
+        if (wanted) {
+            if ((!first && buf_push(&s->args, ",", 1) < 0) || buf_push(&s->args, kstart, vend - kstart) < 0) return -1;
+            first = 0;
+        }
+        c.p = vend;
+        skip_ws(&c);
+        if (c.p < c.end && *c.p == ',') c.p++;
+    }
+    if (first) {  /* nothing kept: no args at all */
+        s->args.len = mark;
+        return 1;
+    }
+    return buf_push(&s->args, "}", 1);
+}
+
+static int scan_event(Scanner *s, const char *p, const char *end) {
+    Cursor c = {p, end, NULL};
     unsigned char ph = 0;
     int32_t cat = -1, name = -1, pid = -1, tid = -1, id = -1;
+    int cat_str = 1, name_str = 1;
     double ts = NAN, dur = NAN;
-    int64_t astart = 0, alen = 0;
-    if (!expect(c, '{')) return;
-    skip_ws(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
+    const char *args = NULL;
+    Py_ssize_t args_len = 0;
+    take(&c, '{');
+    skip_ws(&c);
+    if (c.p < c.end && *c.p == '}') {
+        c.p++;
     } else {
-        while (!c->bad) {
-            int esc;
-            skip_ws(c);
-            const char *k = scan_string(c, &esc);
-            if (!k || esc) {
-                c->bad = 1;
-                return;
-            }
-            const char *key = k + 1;
-            Py_ssize_t klen = c->p - k - 2;
-            if (!expect(c, ':')) return;
-            if (KEY_IS(key, klen, "ph")) {
-                Py_ssize_t len;
-                const char *tok = scalar_token(c, &len);
-                if (tok && len >= 3 && tok[0] == '"') ph = (unsigned char)tok[1];
-            } else if (KEY_IS(key, klen, "cat")) {
-                cat = intern_token(c, &cols->tokens);
-            } else if (KEY_IS(key, klen, "name")) {
-                name = intern_token(c, &cols->tokens);
-            } else if (KEY_IS(key, klen, "pid")) {
-                pid = intern_token(c, &cols->tokens);
-            } else if (KEY_IS(key, klen, "tid")) {
-                tid = intern_token(c, &cols->tokens);
-            } else if (KEY_IS(key, klen, "id")) {
-                id = intern_token(c, &cols->tokens);
-            } else if (KEY_IS(key, klen, "ts")) {
-                ts = number_value(c);
-            } else if (KEY_IS(key, klen, "dur")) {
-                dur = number_value(c);
-            } else if (KEY_IS(key, klen, "args")) {
-                skip_ws(c);
-                const char *s = c->p;
-                if (c->p >= c->end || *c->p != '{') {
-                    c->bad = 1;
-                    return;
+        while (!c.bad) {
+            char key[64];
+            Py_ssize_t klen = read_key(&c, key);
+            if (klen == -2 || !take(&c, ':')) break;
+            skip_ws(&c);
+            if (klen < 0) {
+                int need = 0;
+                const char *bad = NULL;
+                const char *e = value_end(c.p, c.end, s->max_depth, 1, &need, &bad);
+                if (!e) {
+                    c.bad = bad ? bad : "invalid JSON in an event";
+                    break;
                 }
-                skip_value(c);
-                astart = s - base;
-                alen = c->p - s;
+                c.p = e;
+            } else if (KEY_IS(key, klen, "ph")) {
+                Py_ssize_t len;
+                int str;
+                const char *tok = scalar(&c, &len, &str);
+                if (!tok) break;
+                if (!str) {
+                    c.bad = "not a Kineto trace: an event's ph is not a string";
+                    break;
+                }
+                ph = len == 3 ? (unsigned char)tok[1] : (len == 2 ? 0 : 1);  /* 1: not one character */
+            } else if (KEY_IS(key, klen, "cat") || KEY_IS(key, klen, "name") || KEY_IS(key, klen, "pid") ||
+                       KEY_IS(key, klen, "tid") || KEY_IS(key, klen, "id")) {
+                Py_ssize_t len;
+                int str;
+                const char *tok = scalar(&c, &len, &str);
+                if (!tok) break;
+                int32_t t;
+                if (!str && len == 4 && !memcmp(tok, "null", 4)) t = -1;
+                else if (!str && ((len == 4 && !memcmp(tok, "true", 4)) || (len == 5 && !memcmp(tok, "false", 5)))) {
+                    c.bad = "not a Kineto trace: an event field holds true or false";
+                    break;
+                } else {
+                    if (!str && key[0] != 'c' && key[0] != 'n') {
+                        /* pid, tid and id are integers when they are numbers */
+                        for (Py_ssize_t i = 0; i < len; i++)
+                            if (!(tok[i] >= '0' && tok[i] <= '9') && !(i == 0 && tok[i] == '-')) {
+                                c.bad = "not a Kineto trace: an event's pid, tid or id is a number that is not an integer";
+                                break;
+                            }
+                        if (c.bad) break;
+                    }
+                    if (s->tokens.count >= s->max_tokens) {
+                        c.bad = "more distinct names than the limit";
+                        break;
+                    }
+                    t = table_id(&s->tokens, &s->arena, tok, len);
+                    if (t == -2) {
+                        PyErr_NoMemory();
+                        return -1;
+                    }
+                }
+                if (key[0] == 'c') { cat = t; cat_str = str || t < 0; }
+                else if (key[0] == 'n') { name = t; name_str = str || t < 0; }
+                else if (key[0] == 'p') pid = t;
+                else if (key[0] == 't') tid = t;
+                else id = t;
+            } else if (KEY_IS(key, klen, "ts")) {
+                ts = number(&c);
+            } else if (KEY_IS(key, klen, "dur")) {
+                dur = number(&c);
+            } else if (KEY_IS(key, klen, "args")) {
+                if (c.p >= c.end || (*c.p != '{' && *c.p != 'n')) {
+                    c.bad = "not a Kineto trace: an event's args is not an object";
+                    break;
+                }
+                int need = 0;
+                const char *bad = NULL;
+                const char *e = value_end(c.p, c.end, s->max_depth, 1, &need, &bad);
+                if (!e) {
+                    c.bad = bad ? bad : "invalid JSON in an event's args";
+                    break;
+                }
+                if (*c.p == '{') {
+                    args = c.p;
+                    args_len = e - c.p;
+                }
+                c.p = e;
             } else {
-                skip_value(c);
+                int need = 0;
+                const char *bad = NULL;
+                const char *e = value_end(c.p, c.end, s->max_depth, 1, &need, &bad);
+                if (!e) {
+                    c.bad = bad ? bad : "invalid JSON in an event";
+                    break;
+                }
+                c.p = e;
             }
-            skip_ws(c);
-            if (c->p < c->end && *c->p == ',') {
-                c->p++;
+            skip_ws(&c);
+            if (c.p < c.end && *c.p == ',') {
+                c.p++;
                 continue;
             }
-            if (!expect(c, '}')) return;
+            take(&c, '}');
             break;
         }
     }
-    if (c->bad) return;
-    if (buf_push(&cols->ph, &ph, 1) || buf_push(&cols->cat, &cat, 4) || buf_push(&cols->name, &name, 4) ||
-        buf_push(&cols->pid, &pid, 4) || buf_push(&cols->tid, &tid, 4) || buf_push(&cols->id, &id, 4) ||
-        buf_push(&cols->ts, &ts, 8) || buf_push(&cols->dur, &dur, 8) || buf_push(&cols->args_start, &astart, 8) ||
-        buf_push(&cols->args_len, &alen, 8)) {
-        c->bad = 1;
-        return;
+    if (c.bad) return fail_at(s, c.p, c.bad);
+    if (!cat_str || !name_str) return fail_at(s, p, "not a Kineto trace: an event's cat or name is not a string");
+    s->n++;
+    s->by_ph[ph]++;
+    if (cat >= 0 && !s->gpu) {
+        if (s->kernel_tok < 0) {
+            const char **pairs = (const char **)s->tokens.order.data;
+            if ((Py_ssize_t)(intptr_t)pairs[2 * cat + 1] == 8 && !memcmp(pairs[2 * cat], "\"kernel\"", 8))
+                s->kernel_tok = cat;
+        }
+        if (cat == s->kernel_tok) {
+            s->gpu = 1;
+            drop_conditional(s);
+        }
     }
-    cols->n++;
+    int mode = keep_mode(s, ph, cat, name);
+    if (mode < 0) return -1;
+    if (mode == 0 || (mode >= 3 && s->gpu)) return 0;
+    unsigned char cond = mode >= 3;
+    int64_t astart = 0, alen = 0;
+    if ((mode == 2 || mode == 4) && args) {
+        astart = s->args.len;
+        int rc = keep_args(s, args, args + args_len);
+        if (rc < 0) return PyErr_NoMemory(), -1;
+        alen = rc == 1 ? 0 : s->args.len - astart;
+        if (!alen) astart = 0;
+    }
+    if (buf_push(&s->ph, &ph, 1) || buf_push(&s->cat, &cat, 4) || buf_push(&s->name, &name, 4) ||
+        buf_push(&s->pid, &pid, 4) || buf_push(&s->tid, &tid, 4) || buf_push(&s->id, &id, 4) ||
+        buf_push(&s->ts, &ts, 8) || buf_push(&s->dur, &dur, 8) || buf_push(&s->astart, &astart, 8) ||
+        buf_push(&s->alen, &alen, 8) || buf_push(&s->cond, &cond, 1)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
 }
 
-static void free_columns(Columns *cols) {
-    Buf *bufs[] = {&cols->ph, &cols->cat, &cols->name, &cols->pid, &cols->tid, &cols->id,
-                   &cols->ts, &cols->dur, &cols->args_start, &cols->args_len, &cols->top, &cols->tokens.order};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->data);
-    free(cols->tokens.slots);
+/* ---- the top level, as a state machine over the pending bytes ---------------------- */
+
+static const char *skip_space(const char *p, const char *end) {
+    while (p < end && WS[(unsigned char)*p]) p++;
+    return p;
 }
 
-static int put_bytes(PyObject *dict, const char *key, Buf *b) {
-    PyObject *v = PyBytes_FromStringAndSize(b->data ? b->data : "", b->len);
+/* Parse as much of pending as is complete; final: no more bytes will come. */
+static int advance(Scanner *s, int final) {
+    const char *p = s->pending.data + s->pos, *end = s->pending.data + s->pending.len;
+    for (;;) {
+        p = skip_space(p, end);
+        if (s->state == S_END) {
+            if (p < end) {
+                fail_at(s, p, "invalid JSON: data after the end of the trace");
+                return -1;
+            }
+            break;
+        }
+        if (p >= end) {
+            if (final) {
+                fail_at(s, p, s->state == S_START ? "empty file" : "invalid JSON: the trace ends too early (truncated)");
+                return -1;
+            }
+            break;
+        }
+        char ch = *p;
+        switch (s->state) {
+        case S_START:
+            if (ch != '{') return fail_at(s, p, "not a Kineto trace: the top level is not an object with traceEvents");
+            p++;
+            s->state = S_FIRST_KEY;
+            continue;
+        case S_FIRST_KEY:
+            if (ch == '}') {
+                p++;
+                s->state = S_END;
+                continue;
+            }
+            /* fall through */
+        case S_KEY: {
+            if (ch != '"') return fail_at(s, p, "invalid JSON: a key was expected");
+            const char *e = string_end(p, end);
+            if (!e) {
+                if (end - p > 4096) return fail_at(s, p, "invalid JSON: a key longer than 4096 bytes");
+                goto need_more;
+            }
+            Cursor c = {p, e, NULL};
+            s->key_len = read_key(&c, s->key);
+            if (s->key_len == -2) return fail_at(s, p, c.bad);
+            s->is_events = KEY_IS(s->key, s->key_len, "traceEvents");
+            p = e;
+            s->state = S_COLON;
+            continue;
+        }
+        case S_COLON:
+            if (ch != ':') return fail_at(s, p, "invalid JSON: ':' was expected");
+            p++;
+            if (s->is_events) {
+                if (s->found_events) return fail_at(s, p, "not a Kineto trace: traceEvents given twice");
+                s->found_events = 1;
+                s->state = S_EVENTS_OPEN;
+            } else {
+                s->state = S_MEMBER;
+            }
+            continue;
+        case S_MEMBER: {
+            int need = 0;
+            const char *bad = NULL;
+            const char *e = value_end(p, end, s->max_depth, final, &need, &bad);
+            if (!e) {
+                if (bad) return fail_at(s, p, bad);
+                if (end - p > s->max_value)
+                    return fail_at(s, p, "a top-level member larger than the limit");
+                goto need_more;
+            }
+            if (s->key_len >= 0) {
+                PyObject *item = Py_BuildValue("(y#y#)", s->key, s->key_len, p, (Py_ssize_t)(e - p));
+                if (!item || PyList_Append(s->top, item) < 0) {
+                    Py_XDECREF(item);
+                    return -1;
+                }
+                Py_DECREF(item);
+            }
+            p = e;
+            s->state = S_MEMBER_SEP;
+            continue;
+        }
+        case S_MEMBER_SEP:
+            if (ch == ',') {
+                p++;
+                s->state = S_KEY;
+            } else if (ch == '}') {
+                p++;
+                s->state = S_END;
+            } else {
+                return fail_at(s, p, "invalid JSON: ',' or '}' was expected");
+            }
+            continue;
+        case S_EVENTS_OPEN:
+            if (ch != '[') return fail_at(s, p, "not a Kineto trace: traceEvents is not a list");
+            p++;
+            s->state = S_FIRST_EVENT;
+            continue;
+        case S_FIRST_EVENT:
+            if (ch == ']') {
+                p++;
+                s->state = S_MEMBER_SEP;
+                continue;
+            }
+            /* fall through */
+        case S_EVENT: {
+            if (ch != '{') return fail_at(s, p, "not a Kineto trace: a traceEvents entry is not an object");
+            int need = 0;
+            const char *bad = NULL;
+            const char *e = value_end(p, end, s->max_depth, final, &need, &bad);
+            if (!e) {
+                if (bad) return fail_at(s, p, bad);
+                if (end - p > s->max_value) return fail_at(s, p, "an event larger than the limit");
+                goto need_more;
+            }
+            if (scan_event(s, p, e) < 0) return -1;
+            p = e;
+            s->state = S_EVENT_SEP;
+            continue;
+        }
+        case S_EVENT_SEP:
+            if (ch == ',') {
+                p++;
+                s->state = S_EVENT;
+            } else if (ch == ']') {
+                p++;
+                s->state = S_MEMBER_SEP;
+            } else {
+                return fail_at(s, p, "invalid JSON: ',' or ']' was expected between events");
+            }
+            continue;
+        }
+    }
+need_more:
+    if (final && s->state != S_END) return fail_at(s, p, "invalid JSON: the trace ends too early (truncated)");
+    /* keep the unparsed tail only */
+    Py_ssize_t done = p - s->pending.data;
+    memmove(s->pending.data, p, s->pending.len - done);
+    s->pending.len -= done;
+    s->offset += done;
+    s->pos = 0;
+    return 0;
+}
+
+static PyObject *Scanner_feed(Scanner *s, PyObject *arg) {
+    if (s->finished) {
+        PyErr_SetString(PyExc_RuntimeError, "the scanner has finished");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    int rc = buf_push(&s->pending, view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (rc < 0) return PyErr_NoMemory();
+    if (advance(s, 0) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static int put(PyObject *d, const char *key, PyObject *v) {
     if (!v) return -1;
-    int rc = PyDict_SetItemString(dict, key, v);
+    int rc = PyDict_SetItemString(d, key, v);
     Py_DECREF(v);
     return rc;
 }
 
-static PyObject *build_result(Columns *cols, PyObject *top) {
+/* The buffer as bytes, freeing it at once: finish() hands the columns over one by
+ * one, so the copies never stand beside all the originals (peak memory). */
+static PyObject *bytes_of(Buf *b) {
+    PyObject *out = PyBytes_FromStringAndSize(b->data ? b->data : "", b->len);
+    free(b->data);
+    memset(b, 0, sizeof(Buf));
+    return out;
+}
+
+static PyObject *Scanner_finish(Scanner *s, PyObject *unused) {
+    (void)unused;
+    if (s->finished) {
+        PyErr_SetString(PyExc_RuntimeError, "the scanner has finished");
+        return NULL;
+    }
+    if (advance(s, 1) < 0) return NULL;
+    s->finished = 1;
+    free(s->pending.data);
+    memset(&s->pending, 0, sizeof(Buf));
+    if (!s->found_events) {
+        PyErr_SetString(PyExc_ValueError, "not a Kineto trace: no traceEvents list");
+        return NULL;
+    }
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    PyObject *n = PyLong_FromSsize_t(cols->n);
-    if (!n || PyDict_SetItemString(d, "n", n) < 0) goto fail;
-    Py_DECREF(n);
-    n = NULL;
-    if (put_bytes(d, "ph", &cols->ph) || put_bytes(d, "cat", &cols->cat) || put_bytes(d, "name", &cols->name) ||
-        put_bytes(d, "pid", &cols->pid) || put_bytes(d, "tid", &cols->tid) || put_bytes(d, "id", &cols->id) ||
-        put_bytes(d, "ts", &cols->ts) || put_bytes(d, "dur", &cols->dur) ||
-        put_bytes(d, "args_start", &cols->args_start) || put_bytes(d, "args_len", &cols->args_len))
-        goto fail;
-    Py_ssize_t count = cols->tokens.count;
-    PyObject *tokens = PyList_New(count);
+    PyObject *tokens = PyList_New(s->tokens.count);
     if (!tokens) goto fail;
-    const char **pairs = (const char **)cols->tokens.order.data;
-    for (Py_ssize_t i = 0; i < count; i++) {
+    const char **pairs = (const char **)s->tokens.order.data;
+    for (Py_ssize_t i = 0; i < s->tokens.count; i++) {
         PyObject *b = PyBytes_FromStringAndSize(pairs[2 * i], (Py_ssize_t)(intptr_t)pairs[2 * i + 1]);
         if (!b) {
             Py_DECREF(tokens);
@@ -419,113 +960,138 @@ static PyObject *build_result(Columns *cols, PyObject *top) {
         }
         PyList_SET_ITEM(tokens, i, b);
     }
-    if (PyDict_SetItemString(d, "tokens", tokens) < 0) {
-        Py_DECREF(tokens);
+    arena_free(&s->arena);  /* the list holds the tokens now; no more lookups */
+    free(s->tokens.slots);
+    s->tokens.slots = NULL;
+    if (put(d, "tokens", tokens) || put(d, "n", PyLong_FromLongLong(s->n)) ||
+        put(d, "kept", PyLong_FromSsize_t(s->ph.len)) ||
+        put(d, "by_ph", PyBytes_FromStringAndSize((const char *)s->by_ph, sizeof(s->by_ph))) ||
+        put(d, "ph", bytes_of(&s->ph)) || put(d, "cat", bytes_of(&s->cat)) || put(d, "name", bytes_of(&s->name)) ||
+        put(d, "pid", bytes_of(&s->pid)) || put(d, "tid", bytes_of(&s->tid)) || put(d, "id", bytes_of(&s->id)) ||
+        put(d, "ts", bytes_of(&s->ts)) || put(d, "dur", bytes_of(&s->dur)) ||
+        put(d, "args_start", bytes_of(&s->astart)) || put(d, "args_len", bytes_of(&s->alen)) ||
+        put(d, "args", bytes_of(&s->args)) || put(d, "gpu", PyBool_FromLong(s->gpu)))
         goto fail;
-    }
-    Py_DECREF(tokens);
-    if (PyDict_SetItemString(d, "top", top) < 0) goto fail;
+    Py_INCREF(s->top);
+    if (put(d, "top", s->top)) goto fail;
     return d;
 fail:
-    Py_XDECREF(n);
     Py_DECREF(d);
     return NULL;
 }
 
-static PyObject *scan(PyObject *self, PyObject *arg) {
-    (void)self;
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    const char *base = view.buf;
-    Cursor c = {base, base + view.len, 0};
-    Columns cols;
-    memset(&cols, 0, sizeof(cols));
-    PyObject *top = PyList_New(0);
-    int found = 0;
-    if (!top) goto error;
-
-    Py_BEGIN_ALLOW_THREADS
-    if (expect(&c, '{')) {
-        skip_ws(&c);
-        if (c.p < c.end && *c.p == '}') c.p++;
-        else {
-            while (!c.bad) {
-                int esc;
-                skip_ws(&c);
-                const char *k = scan_string(&c, &esc);
-                if (!k || esc) {
-                    c.bad = 1;
-                    break;
-                }
-                Py_ssize_t klen = c.p - k - 2;
-                if (!expect(&c, ':')) break;
-                if (KEY_IS(k + 1, klen, "traceEvents")) {
-                    found = 1;
-                    skip_ws(&c);
-                    if (!expect(&c, '[')) break;
-                    skip_ws(&c);
-                    if (c.p < c.end && *c.p == ']') c.p++;
-                    else {
-                        while (!c.bad) {
-                            scan_event(&c, base, &cols);
-                            skip_ws(&c);
-                            if (c.p < c.end && *c.p == ',') {
-                                c.p++;
-                                continue;
-                            }
-                            expect(&c, ']');
-                            break;
-                        }
-                    }
-                } else {
-                    skip_ws(&c);
-                    const char *s = c.p;
-                    skip_value(&c);
-                    if (!c.bad) {
-                        /* offsets now; Python objects once the GIL is back */
-                        int64_t rec[4] = {k + 1 - base, klen, s - base, c.p - s};
-                        if (buf_push(&cols.top, rec, sizeof(rec)) < 0) c.bad = 1;
-                    }
-                }
-                skip_ws(&c);
-                if (c.p < c.end && *c.p == ',') {
-                    c.p++;
-                    continue;
-                }
-                expect(&c, '}');
-                break;
-            }
-        }
+static void free_all(Scanner *s) {
+    Buf *bufs[] = {&s->pending, &s->ph, &s->cat, &s->name, &s->pid, &s->tid, &s->id, &s->ts, &s->dur,
+                   &s->astart, &s->alen, &s->cond, &s->args, &s->tokens.order};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+        free(bufs[i]->data);
+        memset(bufs[i], 0, sizeof(Buf));
     }
-    Py_END_ALLOW_THREADS
-
-    if (c.bad || !found) {
-        free_columns(&cols);
-        Py_DECREF(top);
-        PyBuffer_Release(&view);
-        Py_RETURN_NONE;
-    }
-    const int64_t *recs = (const int64_t *)cols.top.data;
-    for (Py_ssize_t i = 0; i < cols.top.len / (Py_ssize_t)(4 * sizeof(int64_t)); i++) {
-        PyObject *item = Py_BuildValue("(y#LL)", base + recs[4 * i], (Py_ssize_t)recs[4 * i + 1],
-                                       (long long)recs[4 * i + 2], (long long)(recs[4 * i + 2] + recs[4 * i + 3]));
-        if (!item || PyList_Append(top, item) < 0) {
-            Py_XDECREF(item);
-            goto error;
-        }
-        Py_DECREF(item);
-    }
-    PyObject *result = build_result(&cols, top);
-    free_columns(&cols);
-    Py_DECREF(top);
-    PyBuffer_Release(&view);
-    return result;
-error:
-    free_columns(&cols);
-    Py_XDECREF(top);
-    PyBuffer_Release(&view);
-    return NULL;
+    free(s->tokens.slots);
+    s->tokens.slots = NULL;
+    free(s->cache.keys);
+    free(s->cache.modes);
+    s->cache.keys = NULL;
+    s->cache.modes = NULL;
+    arena_free(&s->arena);
+    for (Py_ssize_t i = 0; i < s->n_args_keys; i++) free(s->args_keys[i]);
+    free(s->args_keys);
+    free(s->args_key_lens);
+    s->args_keys = NULL;
+    s->args_key_lens = NULL;
+    s->n_args_keys = 0;
 }
+
+static void Scanner_dealloc(Scanner *s) {
+    free_all(s);
+    Py_XDECREF(s->keep);
+    Py_XDECREF(s->top);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
+    static char *kw[] = {"keep", "max_value_bytes", "max_depth", "max_tokens", "args_keys", NULL};
+    PyObject *keep, *keys = Py_None;
+    Py_ssize_t max_value = 256 << 20, max_tokens = 10000000;
+    int max_depth = 256;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|ninO", kw, &keep, &max_value, &max_depth, &max_tokens, &keys))
+        return -1;
+    if (!PyCallable_Check(keep)) {
+        PyErr_SetString(PyExc_TypeError, "keep must be callable");
+        return -1;
+    }
+    free_all(s);
+    Py_XDECREF(s->keep);
+    Py_XDECREF(s->top);
+    Py_INCREF(keep);
+    s->keep = keep;
+    s->top = PyList_New(0);
+    if (!s->top) return -1;
+    s->state = S_START;
+    s->pos = 0;
+    s->offset = 0;
+    s->found_events = 0;
+    s->n = 0;
+    memset(s->by_ph, 0, sizeof(s->by_ph));
+    s->tokens.count = s->tokens.cap = 0;
+    s->cache.count = s->cache.cap = 0;
+    s->gpu = 0;
+    s->kernel_tok = -1;
+    s->finished = 0;
+    s->max_value = max_value;
+    s->max_depth = max_depth;
+    s->max_tokens = max_tokens;
+    if (keys != Py_None) {
+        PyObject *seq = PySequence_Fast(keys, "args_keys must be a sequence of bytes");
+        if (!seq) return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        s->args_keys = calloc(n ? n : 1, sizeof(char *));
+        s->args_key_lens = calloc(n ? n : 1, sizeof(Py_ssize_t));
+        if (!s->args_keys || !s->args_key_lens) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            char *b;
+            Py_ssize_t len;
+            if (PyBytes_AsStringAndSize(PySequence_Fast_GET_ITEM(seq, i), &b, &len) < 0 || len > 63) {
+                Py_DECREF(seq);
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "args keys are at most 63 bytes");
+                return -1;
+            }
+            s->args_keys[i] = malloc(len + 1);
+            if (!s->args_keys[i]) {
+                Py_DECREF(seq);
+                PyErr_NoMemory();
+                return -1;
+            }
+            memcpy(s->args_keys[i], b, len);
+            s->args_key_lens[i] = len;
+            s->n_args_keys = i + 1;
+        }
+        Py_DECREF(seq);
+    }
+    return 0;
+}
+
+static PyMethodDef scanner_methods[] = {
+    {"feed", (PyCFunction)Scanner_feed, METH_O, "Scan the next piece of the document."},
+    {"finish", (PyCFunction)Scanner_finish, METH_NOARGS, "End of the document: the columns (see the module)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_kineto_scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Scanner_init,
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_methods = scanner_methods,
+    .tp_doc = "Streaming scanner of a Kineto trace's events into columns (see the module).",
+};
 
 /* gather(buffer, starts, lengths) -> b"[" + b",".join(buffer[s:s+n] or b"{}") + b"]"
  * starts and lengths: int64 arrays (as bytes); one JSON array of raw args objects,
@@ -571,17 +1137,58 @@ done:
     return out;
 }
 
+/* depth(buffer, limit) -> bool: whether the JSON text nests at most ``limit`` levels
+ * (brackets counted outside strings): the same check the scanner applies, for text
+ * decoded by msgspec (the manifest, the msgspec decoder's whole document). */
+static PyObject *depth_ok(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data;
+    int limit;
+    if (!PyArg_ParseTuple(args, "y*i", &data, &limit)) return NULL;
+    const char *p = data.buf, *end = p + data.len;
+    int depth = 0, ok = 1;
+    while (p < end) {
+        char ch = *p;
+        if (ch == '"') {
+            const char *e = string_end(p, end);
+            if (!e) break;
+            p = e;
+            continue;
+        }
+        if (ch == '{' || ch == '[') {
+            if (++depth > limit) {
+                ok = 0;
+                break;
+            }
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        }
+        p++;
+    }
+    PyBuffer_Release(&data);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_O, "Columns of a Kineto trace's traceEvents (see the module source), or None."},
     {"gather", gather, METH_VARARGS, "One JSON array of the raw args at (starts, lengths)."},
+    {"depth_ok", depth_ok, METH_VARARGS, "Whether JSON text nests at most limit levels."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto_scan",
-                                    "One-pass columnar scan of Kineto JSON traces.", -1, methods,
+                                    "Streaming columnar scan of Kineto JSON traces.", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
     init_tables();
-    return PyModule_Create(&module);
+    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

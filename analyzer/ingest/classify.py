@@ -212,3 +212,13 @@ _FAMILY = {"reduce_scatter": "reduce", "all_reduce": "reduce", "all_gather": "ga
 def collective_family(kind: str | None) -> str | None:
     """The family of a canonical collective kind (contract.collectives.collective_kind)."""
     return None if kind is None else _FAMILY.get(kind, kind)
+
+
+def parallelism_seen(names: list[str]) -> str | None:
+    """What the trace's own ranges show: fsdp (FSDP1 or FSDP2 ranges), ddp (DDP's
+    forward), or None. Files of one run agree on it (load.check_ranks)."""
+    if any(n.startswith(("FSDP::", "FullyShardedDataParallel.")) for n in names):
+        return "fsdp"
+    if "DistributedDataParallel.forward" in names:
+        return "ddp"
+    return None

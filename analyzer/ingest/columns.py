@@ -86,14 +86,15 @@ def optional_ints(values: list) -> np.ndarray:
 
 
 def _to_int(v) -> int:
-    if v is None:
+    """An int64 value, or NULL_I64 for what is none (missing, not a number, out of range)."""
+    if v is None or isinstance(v, bool):
         return NULL_I64
-    if isinstance(v, int):
-        return v
-    try:
-        return int(float(v))
-    except (TypeError, ValueError):
-        return NULL_I64
+    if not isinstance(v, int):
+        try:
+            v = int(float(v))
+        except (TypeError, ValueError, OverflowError):
+            return NULL_I64
+    return v if NULL_I64 < v <= 2**63 - 1 else NULL_I64
 
 
 def optional_strs(values: list) -> tuple[np.ndarray, list]:

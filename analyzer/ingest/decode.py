@@ -1,20 +1,19 @@
 """Decode one per-rank Kineto trace into Arrow tables (runs in a worker process).
 
-Pipeline per file: gunzip (isal) -> columns (frames.py: the C scanner, or msgspec)
--> classification per distinct (category, name) pair -> args decoded by event
-class (msgspec) -> launch, step and compute assignment with NumPy. No Python
-loop runs per event.
+Pipeline per file: streamed gunzip (isal) -> columns (frames.py: the streaming C
+scanner, or msgspec) -> checks of the header -> classification per distinct
+(category, name) pair -> args decoded by event class (msgspec) -> launch, step and
+compute assignment with NumPy. No Python loop runs per event.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-import zlib
 from operator import attrgetter
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
@@ -26,14 +25,11 @@ from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest.flops import FLOP_OPS, matmul_flops
 from overlapscope.analyzer.ingest.inputs import TraceSource, rank_from_name
 from overlapscope.analyzer.ingest.frames import Frame, frame
+from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 from overlapscope.analyzer.ingest.kineto import (
-    CORRELATION_DECODER, DEVICE_ARGS_DECODER, HOST_ARGS_DECODER, MEMORY_ARGS_DECODER, META_ARGS_DECODER,
+    CORRELATION_DECODER, DEVICE_ARGS_DECODER, HOST_ARGS_DECODER, LAUNCH_DECODER, MEMORY_ARGS_DECODER,
+    META_ARGS_DECODER,
 )
-
-try:  # igzip is 3-4x faster than zlib on trace files; zlib is the fallback
-    from isal import igzip as _gzip
-except ImportError:  # pragma: no cover - isal is a dependency, but stay usable without it
-    _gzip = gzip
 
 NULL = col.NULL_I64
 
@@ -52,42 +48,52 @@ class RankData:
     counts: dict = field(default_factory=dict)
 
 
-def decompress(data: bytes, where: str) -> bytes:
-    if data[:2] != b"\x1f\x8b":
-        return data
-    try:
-        return _gzip.decompress(data)
-    except (EOFError, OSError, zlib.error, ValueError) as err:
-        raise InputError(where, f"truncated or corrupt gzip data ({err})") from None
-
-
 def _json_array(raws: list) -> bytes:
     """One JSON array of raw argument objects, to decode them in a single call."""
     return b"[" + b",".join(raws) + b"]"
 
 
-def _rank_facts(trace, source: TraceSource) -> dict:
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _rank_facts(trace, source: TraceSource, limits: Limits) -> dict:
+    """Rank, world size and device facts of one file, range-checked before they reach int columns."""
+    where = source.display
     info = trace.distributedInfo
     rank = info.rank if info is not None else None
     rank_source = "distributedInfo"
+    named = rank_from_name(source.basename)
     if rank is None:
-        rank, rank_source = rank_from_name(source.basename), "file name"
+        rank, rank_source = named, "file name"
     if rank is None:
         why = "distributedInfo has no rank" if info is not None else "no distributedInfo"
-        raise InputError(source.display, f"no rank: {why} and the file name carries none (name it rank-<N>.json)")
+        raise InputError(where, f"no rank: {why} and the file name carries none (name it rank-<N>.json)")
+    world = info.world_size if info is not None else None
+    if not 0 <= rank <= INT32_MAX:
+        raise InputError(where, f"rank {rank} is out of range")
+    if world is not None and not 1 <= world <= limits.max_world_size:
+        raise InputError(where, f"world size {world} is out of range (1 to {limits.max_world_size:,})")
+    base_time = trace.baseTimeNanoseconds
+    if base_time is not None and not 0 <= base_time <= INT64_MAX:
+        raise InputError(where, f"baseTimeNanoseconds {base_time} is out of range")
     devices = trace.deviceProperties or []
+    memory = [d.totalGlobalMem for d in devices if d.totalGlobalMem and 0 < d.totalGlobalMem <= INT64_MAX]
     return {
         "rank": int(rank),
         "rank_source": rank_source,
-        "world_size": info.world_size if info is not None else None,
+        # a file name that says another rank than distributedInfo: reported, not fatal
+        "name_rank": named if named is not None and named != rank else None,
+        "world_size": world,
         "backend": info.backend if info is not None else None,
         "nccl_version": info.nccl_version if info is not None else None,
-        "pg_config": bytes(info.pg_config).decode() if info is not None and len(info.pg_config) else None,
+        "pg_config": bytes(info.pg_config).decode("utf-8", "replace")
+        if info is not None and len(info.pg_config) else None,
         "device_names": sorted({d.name for d in devices if d.name}),
-        "device_memory_bytes": max((d.totalGlobalMem or 0 for d in devices), default=None) or None,
-        "base_time_ns": trace.baseTimeNanoseconds,
+        "device_memory_bytes": max(memory, default=None),
+        "base_time_ns": base_time,
         "hostname": trace.host_name or trace.hostname,
-        "file": source.display,
+        "file": where,
     }
 
 
@@ -116,17 +122,20 @@ def _tensor_sizes(raw) -> tuple[int, int]:
         return NULL, NULL
     try:
         dims = json.loads(bytes(raw))
-    except ValueError:
+    except (ValueError, RecursionError):
         return NULL, NULL
 
     def shapes(x):
-        if isinstance(x, list) and x and all(isinstance(d, int) for d in x):
+        if isinstance(x, list) and x and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in x):
             yield x
         elif isinstance(x, list):
             for y in x:
                 yield from shapes(y)
 
-    sizes = [math.prod(s) for s in shapes(dims)]
+    try:
+        sizes = [size for s in shapes(dims) if 0 <= (size := math.prod(s)) <= INT64_MAX]
+    except RecursionError:
+        return NULL, NULL
     return (max(sizes), min(sizes)) if sizes else (NULL, NULL)
 
 
@@ -135,7 +144,9 @@ def _first_type(raw) -> str | None:
         return None
     try:
         types = json.loads(bytes(raw))
-    except ValueError:
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(types, list):
         return None
     return next((t for t in types if isinstance(t, str) and t and t not in ("TensorList", "Scalar")), None)
 
@@ -162,12 +173,25 @@ DETAILS = ("overlap", "attribution", "full")
 _OVERLAP_KINDS = ("compute", "comm", "memcpy", "memset", "sync", "step")
 
 
-def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool = True) -> RankData:
-    """Read, decode and classify one rank's trace file, keeping ``detail`` (see DETAILS)."""
-    full = detail == "full"
+def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool = True,
+                  limits: Limits | None = None) -> RankData:
+    """Read, decode and classify one rank's trace file, keeping ``detail`` (see DETAILS),
+    within ``limits`` (the defaults and the environment's when None)."""
     where = source.display
-    fr: Frame = frame(decompress(source.read_bytes(), where), where, detail, use_scanner)
-    meta = _rank_facts(fr.header, source)
+    limits = limits or limits_from_env()
+    fr: Frame = frame(source.path, source.member, where, detail, limits, use_scanner)
+    meta = _rank_facts(fr.header, source, limits)
+    try:
+        return _columns(fr, meta, detail)
+    except (msgspec.ValidationError, msgspec.DecodeError) as err:  # the args of some event
+        raise InputError(where, f"an event's args do not read as Kineto writes them: {err}") from None
+    except RecursionError:
+        raise InputError(where, "JSON nested deeper than the limit") from None
+
+
+def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
+    """Classify the frame's events and build the rank's tables."""
+    full = detail == "full"
     counts, gpu_trace, args_of = fr.counts, fr.gpu_trace, fr.args
     n, names, name_codes, cats, cat_codes = fr.n, fr.names, fr.name_codes, fr.cats, fr.cat_codes
     track_codes, track_keys, ts_ns, dur_ns = fr.track_codes, fr.track_keys, fr.ts_ns, fr.dur_ns
@@ -225,7 +249,7 @@ def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool =
         "flops": col.float64(cols.flops[keep]),
         **({"args": col.raw_json(args_of(np.arange(n)))} if full else {}),
     })
-    meta.update(device_kind="gpu" if gpu_trace else "cpu")
+    meta.update(device_kind="gpu" if gpu_trace else "cpu", parallelism_seen=classify.parallelism_seen(names))
     return RankData(
         meta=meta,
         events=events,
@@ -281,6 +305,13 @@ def _fill_args(args_json, device_rows, host_rows, cols: _Columns, kind, names, n
         for i, a in zip(device_rows.tolist(), dargs):
             if a.collective is not None or kind[i] == KIND_CODE["comm"]:
                 add_coll(i, a, a.collective or classify.kernel_collective(names[name_codes[i]]))
+    runtime = host_rows[kind[host_rows] == KIND_CODE["runtime"]]
+    if len(runtime):  # launches: their two ids, without decoding them as ops
+        largs = LAUNCH_DECODER.decode(args_json(runtime))
+        for name in ("correlation", "external_id"):
+            getattr(cols, name)[runtime] = col.optional_ints(list(map(attrgetter(name), largs)))
+        del largs
+    host_rows = host_rows[kind[host_rows] != KIND_CODE["runtime"]]
     if len(host_rows):
         hargs = HOST_ARGS_DECODER.decode(args_json(host_rows))
         for name in ("correlation", "external_id"):

@@ -1,18 +1,23 @@
-"""Two front-ends that turn a trace's JSON into columns (a Frame) for decode.py.
+"""One trace file's events as columns (a Frame) for decode.py, from either decoder.
 
-- scan: the C extension ``analyzer._kineto_scan`` reads the traceEvents in one
-  pass into arrays (no Python object per event) and interns cat, name, pid and
-  tid tokens; about 60 ms for the 47 MB reference trace.
-- msgspec: a typed decode into small structs, then one attribute pass per
-  column; the fallback when the extension is not built, and the source of the
-  precise one-line error for input the scanner does not take.
+- scan: the C extension ``_kineto_scan`` streams the decompressed file through a
+  scanner chunk by chunk; it keeps only the events the detail reads (``keep_mode``,
+  asked once per distinct phase, category and name) and their args where they are
+  read, so memory follows what is kept, not the file's size.
+- msgspec: a typed decode of the whole text into small structs, then the same
+  selection; the fallback when the extension is not built (memory then follows
+  the file's size, within the load's cap).
 
-Both give the same Frame: the tests compare them on every trace they load.
+Both apply one set of checks (``_check``): known phases, field types, timestamps
+and durations (missing, negative, non-finite or out-of-range ones drop the event,
+counted by reason), and give the same Frame: tests/test_decoders_agree.py compares
+them on every trace and hostile input they take.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -21,12 +26,12 @@ from typing import Callable
 import msgspec
 import numpy as np
 
-from overlapscope.analyzer.ingest import classify, columns as col
 from overlapscope.analyzer.errors import InputError
+from overlapscope.analyzer.ingest import classify, columns as col, stream
 from overlapscope.analyzer.ingest.kineto import (
-    BARE_FLOW_TYPES, FLOW_TYPES, HEADER_DECODER, OVERLAP_TRACE_DECODER, TRACE_DECODER, BareInstant, FlowEnd,
-    FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
+    ARGS_KEYS, FLOW_TYPES, HEADER_DECODER, TRACE_DECODER, FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
 )
+from overlapscope.analyzer.ingest.limits import Limits
 
 try:
     from overlapscope.analyzer.ingest import _kineto_scan
@@ -35,14 +40,16 @@ except ImportError:  # not built (no compiler at install): msgspec does it all
 
 _SLICE_TYPES = (Slice, Instant, InstantUpper)
 _FLOW_PH = {FlowStart: "s", FlowStep: "t", FlowEnd: "f"}
-# 1 slice or instant, 2 flow, 3 metadata, 0 other phases; the overlap decoder's
-# field-less instants (4) and flows (5) are only counted
-_TYPE_CODE = {**{t: 1 for t in _SLICE_TYPES}, **{t: 2 for t in FLOW_TYPES}, Meta: 3,
-              BareInstant: 4, **{t: 5 for t in BARE_FLOW_TYPES}}
 HOST_ONLY_CATEGORIES = {"cpu_op", "python_function", "cpu_instant_event"}
+# The args the overlap detail reads: correlation ids of device work and runtime calls.
+_ARGS_AT_OVERLAP = set(classify.DEVICE_CATEGORIES) | classify.RUNTIME_CATEGORIES
 _EMPTY_ARGS = b"{}"
-# Every Chrome-trace phase the msgspec decoder knows (kineto.AnyEvent).
-_KNOWN_PH = np.frombuffer(b"XiIMstfBECbnePONDRcVv()", dtype=np.uint8)
+KNOWN_PH = "XiIMstfBECbnePONDRcVv()"  # every Chrome-trace phase
+_SLICE_PH, _FLOW_PH_CHARS = "XIi", "stf"
+# Timestamps: int64 ns holds 9.2e15 us (292 years from the epoch); a duration over
+# 1e12 us (11.6 days) is no profiled event.
+MAX_TS_US = 9.0e15
+MAX_DUR_US = 1.0e12
 
 
 @dataclass
@@ -75,7 +82,29 @@ class Frame:
     gpu_trace: bool
     flows: dict = field(default_factory=dict)  # flow_id, cat, ph, ts_ns, pid/tid keys
     meta_events: list = field(default_factory=list)
-    counts: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)  # events, slices, flows, ignored, dropped {reason: n}
+
+
+def keep_mode(detail: str, ph: str, cat: str, name: str) -> int:
+    """What a load at ``detail`` keeps of events of (ph, cat, name): 0 nothing (counted),
+    1 the row, 2 the row and its args; 3 and 4 as 1 and 2 on CPU-only traces only
+    (their ops are the compute; on GPU traces host ops are kept only where read)."""
+    if ph == "M":
+        return 2
+    if ph in _FLOW_PH_CHARS:
+        return 1 if detail == "full" else 0
+    if ph not in _SLICE_PH or (ph == "i" and detail == "overlap"):
+        return 0
+    if detail == "full":
+        return 2
+    args = detail != "overlap" or cat in _ARGS_AT_OVERLAP
+    if cat in HOST_ONLY_CATEGORIES:
+        # Older PyTorch writes ProfilerStep#N as a cpu_op: always kept.
+        wanted = classify.PROFILER_STEP.match(name) is not None or (
+            detail == "attribution" and classify.needed_for_attribution(name))
+        if not wanted:
+            return 4 if args else 3
+    return 2 if args else 1
 
 
 def ts_ns(ts_us: np.ndarray) -> np.ndarray:
@@ -92,102 +121,58 @@ def dur_ns(dur_us: np.ndarray) -> np.ndarray:
     return np.rint(dur_us * 1000).astype(np.int64)
 
 
-def _keep_rows(cats: list, cat_codes: np.ndarray, names: list, name_codes: np.ndarray, detail: str) -> np.ndarray:
-    """GPU traces: the rows a detail keeps (host-only events only where it reads them)."""
-    host_only = np.isin(cat_codes, [i for i, c in enumerate(cats) if c in HOST_ONLY_CATEGORIES])
-    # Older PyTorch writes ProfilerStep#N as a cpu_op: always kept.
-    wanted = np.array([classify.PROFILER_STEP.match(n) is not None or
-                       (detail == "attribution" and classify.needed_for_attribution(n)) for n in names], dtype=bool)
-    return ~host_only | (wanted[name_codes] if len(names) else False)
-
-
 def _tracks(pid_codes, pids, tid_codes, tids) -> tuple[np.ndarray, list]:
     """Track code per row and the distinct (pid, tid) pairs, numbered in order of first
     appearance (so both front-ends number tracks alike; pid and tid interned apart)."""
     width = max(len(tids), 1)
     combined = pid_codes.astype(np.int64) * width + tid_codes
-    # first appearance of each (pid, tid) without sorting the rows: a small table
-    first = np.full(max(len(pids), 1) * width, len(combined), dtype=np.int64)
-    np.minimum.at(first, combined, np.arange(len(combined), dtype=np.int64))
-    distinct = np.flatnonzero(first < len(combined))
-    order = distinct[np.argsort(first[distinct], kind="stable")]
-    rank = np.full(len(first), -1, dtype=np.int32)
-    rank[order] = np.arange(len(order), dtype=np.int32)
+    if max(len(pids), 1) * width <= 4 * len(combined) + 4096:
+        # first appearance without sorting the rows: a small table
+        first = np.full(max(len(pids), 1) * width, len(combined), dtype=np.int64)
+        np.minimum.at(first, combined, np.arange(len(combined), dtype=np.int64))
+        distinct = np.flatnonzero(first < len(combined))
+        order = distinct[np.argsort(first[distinct], kind="stable")]
+        rank = np.full(len(first), -1, dtype=np.int32)
+        rank[order] = np.arange(len(order), dtype=np.int32)
+        codes = rank[combined]
+    else:  # many distinct pids and tids: sort instead of a pids x tids table
+        distinct, first_at, inverse = np.unique(combined, return_index=True, return_inverse=True)
+        by_first = np.argsort(first_at, kind="stable")
+        rank = np.empty(len(distinct), dtype=np.int32)
+        rank[by_first] = np.arange(len(distinct), dtype=np.int32)
+        order = distinct[by_first]
+        codes = rank[inverse]
     keys = [(pids[c // width], tids[c % width]) for c in order.tolist()]
-    return rank[combined], keys
+    return codes, keys
 
 
-# --- msgspec ---------------------------------------------------------------------------------
-
-def parse(data: bytes, where: str, decoder=TRACE_DECODER):
-    """msgspec-decode the trace; every failure becomes one line naming the file."""
-    if not data.strip():
-        raise InputError(where, "empty file")
-    try:
-        trace = decoder.decode(data)
-    except msgspec.ValidationError as err:
-        msg = str(err)
-        if "missing required field `traceEvents`" in msg:
-            raise InputError(where, "not a Kineto trace: no traceEvents list") from None
-        if msg.endswith("`$`"):
-            raise InputError(where, "not a Kineto trace: the top level is not an object with traceEvents") from None
-        raise InputError(where, f"not a Kineto trace: {msg}") from None
-    except msgspec.DecodeError as err:
-        raise InputError(where, f"invalid JSON: {err}") from None
-    if not trace.traceEvents:
-        raise InputError(where, "not a Kineto trace: traceEvents is empty")
-    return trace
+def _check_ids(values: list, where: str, what: str) -> None:
+    """pid, tid and flow ids are integers or strings (as the msgspec decoder types them)."""
+    for v in values:
+        if not isinstance(v, (int, str)) or isinstance(v, bool):
+            raise InputError(where, f"not a Kineto trace: an event's {what} is {v!r}, not an integer or a string")
 
 
-def _split(evs: list) -> tuple[list, list, list, dict]:
-    """Slices and instants, flows, metadata, and the counts of each phase group."""
-    codes = np.fromiter(map(_TYPE_CODE.get, map(type, evs), repeat(0)), dtype=np.int8, count=len(evs))
-    take = evs.__getitem__
-    slices = list(map(take, np.flatnonzero(codes == 1).tolist()))
-    flows = list(map(take, np.flatnonzero(codes == 2).tolist()))
-    meta = list(map(take, np.flatnonzero(codes == 3).tolist()))
-    counts = {"events": len(evs), "slices": len(slices) + int(np.count_nonzero(codes == 4)),
-              "flows": len(flows) + int(np.count_nonzero(codes == 5)), "ignored": int(np.count_nonzero(codes == 0))}
-    return slices, flows, meta, counts
+def _check_times(ph: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Rows whose ts and dur the analyses can use, and the count of the others by reason.
+
+    ph: the rows' phases (uint8). Complete events (X) need a duration >= 0; instants
+    and flows have none (0)."""
+    dropped = {}
+    bad_ts = ~np.isfinite(ts) | (np.abs(np.nan_to_num(ts)) > MAX_TS_US)
+    complete = ph == ord("X")
+    missing_dur = complete & np.isnan(dur) & ~bad_ts
+    negative = complete & (dur < 0) & ~bad_ts
+    huge = complete & (~np.isfinite(dur) | (dur > MAX_DUR_US)) & ~np.isnan(dur) & ~bad_ts
+    for reason, mask in (("missing or invalid ts", bad_ts), ("missing dur", missing_dur),
+                         ("negative dur", negative), ("dur over 1e12 us", huge)):
+        n = int(np.count_nonzero(mask))
+        if n:
+            dropped[reason] = n
+    return ~(bad_ts | missing_dur | negative | huge), dropped
 
 
-def from_msgspec(data: bytes, where: str, detail: str) -> Frame:
-    trace = parse(data, where, OVERLAP_TRACE_DECODER if detail == "overlap" else TRACE_DECODER)
-    slices, flow_evs, meta_evs, counts = _split(trace.traceEvents)
-    trace.traceEvents = []
-    if not slices:
-        raise InputError(where, "not a Kineto trace: no complete (ph X) events")
-    gpu_trace = any(e.cat == "kernel" for e in slices)
-    if gpu_trace and detail != "full":
-        cat_codes, cats = col.intern(list(map(attrgetter("cat"), slices)))
-        name_codes, names = col.intern(list(map(attrgetter("name"), slices)))
-        rows = np.flatnonzero(_keep_rows(cats, cat_codes, names, name_codes, detail)).tolist()
-        slices = list(map(slices.__getitem__, rows))
-    n = len(slices)
-    name_codes, names = col.intern(list(map(attrgetter("name"), slices)))
-    cat_codes, cats = col.intern(list(map(attrgetter("cat"), slices)))
-    pid_codes, pids = col.intern(list(map(attrgetter("pid"), slices)))
-    tid_codes, tids = col.intern(list(map(attrgetter("tid"), slices)))
-    track_codes, track_keys = _tracks(pid_codes, pids, tid_codes, tids)
-    flows = {
-        "flow_id": [e.id for e in flow_evs], "cat": [e.cat for e in flow_evs],
-        "ph": [_FLOW_PH[type(e)] for e in flow_evs],
-        "ts_ns": ts_ns(np.array([e.ts for e in flow_evs], dtype=np.float64)),
-        "keys": [(e.pid, e.tid) for e in flow_evs],
-    } if detail == "full" else {}
-    return Frame(
-        header=trace, n=n, name_codes=name_codes, names=names, cat_codes=cat_codes, cats=cats,
-        track_codes=track_codes, track_keys=track_keys,
-        ts_ns=ts_ns(np.fromiter(map(attrgetter("ts"), slices), dtype=np.float64, count=n)),
-        dur_ns=dur_ns(np.fromiter(map(attrgetter("dur"), slices), dtype=np.float64, count=n)),
-        args=lambda rows: [slices[i].args for i in np.asarray(rows).tolist()],
-        args_json=lambda rows: b"[" + b",".join([slices[i].args for i in np.asarray(rows).tolist()]) + b"]",
-        gpu_trace=gpu_trace, flows=flows,
-        meta_events=[MetaEvent(e.name, e.pid, e.tid, bytes(e.args)) for e in meta_evs], counts=counts,
-    )
-
-
-# --- the C scanner ---------------------------------------------------------------------------
+# --- the C scanner -------------------------------------------------------------------------
 
 def _token_value(tok: bytes):
     """A scanned token as Python: a string (quotes and escapes resolved) or a number."""
@@ -211,47 +196,76 @@ def _dense(token_ids: np.ndarray, tokens: list, missing) -> tuple[np.ndarray, li
     return remap[shifted].astype(np.int32), values
 
 
-def from_scan(data: bytes, detail: str):
-    """A Frame from the C scanner, or None when it did not take the input."""
-    if _kineto_scan is None:
-        return None
-    scanned = _kineto_scan.scan(data)
-    if scanned is None or scanned["n"] == 0:
-        return None
+def _scanner_keep(detail: str) -> Callable[[int, bytes | None, bytes | None], int]:
+    def keep(ph: int, cat: bytes | None, name: bytes | None) -> int:
+        if chr(ph) not in KNOWN_PH:
+            return 0  # refused after the scan, with the count (_check_phases)
+        cat_s = "" if cat is None else _token_value(cat)
+        name_s = "" if name is None else _token_value(name)
+        return keep_mode(detail, chr(ph), cat_s if isinstance(cat_s, str) else "",
+                         name_s if isinstance(name_s, str) else "")
+    return keep
+
+
+def _check_phases(by_ph: np.ndarray, where: str) -> None:
+    unknown = [chr(i) if 32 < i < 127 else f"\\x{i:02x}" for i in np.flatnonzero(by_ph).tolist()
+               if chr(i) not in KNOWN_PH]
+    if unknown:
+        what = "an event without ph" if unknown == ["\\x00"] else f"events of unknown phase {', '.join(unknown)}"
+        raise InputError(where, f"not a Kineto trace: {what}")
+
+
+def from_scan(path: str, member: str | None, where: str, detail: str, limits: Limits) -> Frame:
+    """A Frame from the streaming C scanner."""
+    scanner = _kineto_scan.Scanner(_scanner_keep(detail), max_value_bytes=limits.max_value_bytes,
+                                   max_depth=limits.max_depth, max_tokens=limits.max_tokens,
+                                   args_keys=ARGS_KEYS[detail])
+    try:
+        for piece in stream.chunks(path, member, where, limits):
+            scanner.feed(piece)
+        scanned = scanner.finish()
+    except ValueError as err:
+        raise InputError(where, str(err)) from None
+    del scanner
     tokens = scanned["tokens"]
+    by_ph = np.frombuffer(scanned["by_ph"], dtype=np.int64)
+    _check_phases(by_ph, where)
     ph = np.frombuffer(scanned["ph"], dtype=np.uint8)
     cat = np.frombuffer(scanned["cat"], dtype=np.int32)
     name = np.frombuffer(scanned["name"], dtype=np.int32)
-    if not np.isin(ph, _KNOWN_PH).all():
-        return None  # an event without a phase, or an unknown one: msgspec says which
-    # The overlap detail reads no instants but the legacy "I" ones (as its msgspec decoder).
-    slice_ph = [ord("X"), ord("I")] + ([] if detail == "overlap" else [ord("i")])
-    slice_rows = np.flatnonzero(np.isin(ph, slice_ph))
-    flow_rows = np.flatnonzero(np.isin(ph, [ord("s"), ord("t"), ord("f")]))
-    meta_rows = np.flatnonzero(ph == ord("M"))
-    instants = int(np.count_nonzero(ph == ord("i"))) if detail == "overlap" else 0
-    counts = {"events": scanned["n"], "slices": len(slice_rows) + instants, "flows": len(flow_rows),
-              "ignored": int(scanned["n"] - len(slice_rows) - instants - len(flow_rows) - len(meta_rows))}
-    if not len(slice_rows):
-        return None  # msgspec says what is wrong
-
-    cat_codes, cats = _dense(cat[slice_rows], tokens, "")
-    gpu_trace = "kernel" in cats
-    if gpu_trace and detail != "full":
-        name_codes, names = _dense(name[slice_rows], tokens, "")
-        slice_rows = slice_rows[_keep_rows(cats, cat_codes, names, name_codes, detail)]
-        cat_codes, cats = _dense(cat[slice_rows], tokens, "")
-    name_codes, names = _dense(name[slice_rows], tokens, "")
     pid = np.frombuffer(scanned["pid"], dtype=np.int32)
     tid = np.frombuffer(scanned["tid"], dtype=np.int32)
+    ts = np.frombuffer(scanned["ts"], dtype=np.float64)
+    dur = np.frombuffer(scanned["dur"], dtype=np.float64)
+    n_slices = int(sum(by_ph[ord(c)] for c in _SLICE_PH))
+    n_flows = int(sum(by_ph[ord(c)] for c in _FLOW_PH_CHARS))
+    counts = {"events": scanned["n"], "slices": n_slices, "flows": n_flows,
+              "ignored": int(scanned["n"] - n_slices - n_flows - by_ph[ord("M")])}
+
+    timed = np.isin(ph, np.frombuffer((_SLICE_PH + _FLOW_PH_CHARS).encode(), dtype=np.uint8))
+    usable = np.ones(len(ph), dtype=bool)
+    ok, dropped = _check_times(ph[timed], ts[timed], dur[timed])
+    usable[np.flatnonzero(timed)[~ok]] = False
+    counts["dropped"] = dropped
+    slice_rows = np.flatnonzero(np.isin(ph, np.frombuffer(_SLICE_PH.encode(), dtype=np.uint8)) & usable)
+    flow_rows = np.flatnonzero(np.isin(ph, np.frombuffer(_FLOW_PH_CHARS.encode(), dtype=np.uint8)) & usable)
+    meta_rows = np.flatnonzero(ph == ord("M"))
+    if not n_slices:
+        raise InputError(where, "not a Kineto trace: no complete (ph X) events")
+    if not len(slice_rows):
+        raise InputError(where, f"no usable events: {_dropped_text(dropped)}")
+
+    cat_codes, cats = _dense(cat[slice_rows], tokens, "")
+    name_codes, names = _dense(name[slice_rows], tokens, "")
     pid_codes, pids = _dense(pid[slice_rows], tokens, 0)
     tid_codes, tids = _dense(tid[slice_rows], tokens, 0)
+    _check_ids(pids + tids, where, "pid or tid")
     track_codes, track_keys = _tracks(pid_codes, pids, tid_codes, tids)
-    ts = np.nan_to_num(np.frombuffer(scanned["ts"], dtype=np.float64), nan=0.0)
-    dur = np.nan_to_num(np.frombuffer(scanned["dur"], dtype=np.float64), nan=0.0)
+    dur_us = np.nan_to_num(dur[slice_rows], nan=0.0)  # instants have no duration
     starts = np.frombuffer(scanned["args_start"], dtype=np.int64)
     lengths = np.frombuffer(scanned["args_len"], dtype=np.int64)
-    view = memoryview(data)
+    arena = scanned["args"]
+    view = memoryview(arena)
 
     def args(rows) -> list:
         picked = slice_rows[np.asarray(rows, dtype=np.int64)]
@@ -259,21 +273,25 @@ def from_scan(data: bytes, detail: str):
 
     def args_json(rows) -> bytes:
         picked = slice_rows[np.asarray(rows, dtype=np.int64)]
-        return _kineto_scan.gather(data, np.ascontiguousarray(starts[picked]), np.ascontiguousarray(lengths[picked]))
+        return _kineto_scan.gather(arena, np.ascontiguousarray(starts[picked]), np.ascontiguousarray(lengths[picked]))
 
     flows = {}
     if detail == "full":
-        ids = np.frombuffer(scanned["id"], dtype=np.int32)[flow_rows]
-        value = {t: _token_value(tokens[t]) for t in np.unique(ids[ids >= 0]).tolist()}
-        fpid, ftid = pid[flow_rows], tid[flow_rows]
-        fvalue = {t: _token_value(tokens[t]) for t in np.unique(np.concatenate([fpid, ftid, cat[flow_rows]])).tolist()
-                  if t >= 0}
+        values = {}
+        for t in np.unique(np.concatenate([np.frombuffer(scanned["id"], dtype=np.int32)[flow_rows], pid[flow_rows],
+                                           tid[flow_rows], cat[flow_rows]])).tolist():
+            if t >= 0:
+                values[t] = _token_value(tokens[t])
+        ids = np.frombuffer(scanned["id"], dtype=np.int32)[flow_rows].tolist()
+        flow_ids = [values.get(t) for t in ids]
+        _check_ids([v for v in flow_ids if v is not None], where, "flow id")
         flows = {
-            "flow_id": [value.get(t) for t in ids.tolist()],
-            "cat": [fvalue.get(t, "") for t in cat[flow_rows].tolist()],
+            "flow_id": flow_ids,
+            "cat": [values.get(t, "") for t in cat[flow_rows].tolist()],
             "ph": [chr(c) for c in ph[flow_rows].tolist()],
             "ts_ns": ts_ns(ts[flow_rows]),
-            "keys": [(fvalue.get(p, 0), fvalue.get(t, 0)) for p, t in zip(fpid.tolist(), ftid.tolist())],
+            "keys": [(values.get(p, 0), values.get(t, 0)) for p, t in zip(pid[flow_rows].tolist(),
+                                                                          tid[flow_rows].tolist())],
         }
     meta_events = [
         MetaEvent(_token_value(tokens[name[r]]) if name[r] >= 0 else "",
@@ -284,20 +302,132 @@ def from_scan(data: bytes, detail: str):
     ]
     try:
         header = HEADER_DECODER.decode(
-            b"{" + b",".join(b"%s:%s" % (json.dumps(k.decode()).encode(), bytes(view[s:e]))
-                             for k, s, e in scanned["top"]) + b"}")
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return None
+            b"{" + b",".join(json.dumps(k.decode("utf-8", "replace")).encode() + b":" + v
+                             for k, v in scanned["top"]) + b"}")
+    except msgspec.ValidationError as err:
+        raise InputError(where, f"not a Kineto trace: {err}") from None
+    except msgspec.DecodeError as err:
+        raise InputError(where, f"invalid JSON in the trace's header: {err}") from None
     return Frame(
         header=header, n=len(slice_rows), name_codes=name_codes, names=names, cat_codes=cat_codes, cats=cats,
-        track_codes=track_codes, track_keys=track_keys, ts_ns=ts_ns(ts[slice_rows]), dur_ns=dur_ns(dur[slice_rows]),
-        args=args, args_json=args_json, gpu_trace=gpu_trace, flows=flows, meta_events=meta_events, counts=counts,
+        track_codes=track_codes, track_keys=track_keys, ts_ns=ts_ns(ts[slice_rows]), dur_ns=dur_ns(dur_us),
+        args=args, args_json=args_json, gpu_trace=bool(scanned["gpu"]), flows=flows, meta_events=meta_events,
+        counts=counts,
     )
 
 
-def frame(data: bytes, where: str, detail: str, use_scanner: bool = True) -> Frame:
-    """The columns of one decompressed trace file."""
+def _dropped_text(dropped: dict) -> str:
+    return ", ".join(f"{n:,} with {reason}" for reason, n in dropped.items()) or "none"
+
+
+# --- msgspec ---------------------------------------------------------------------------------
+
+def parse(data: bytes, where: str, limits: Limits):
+    """msgspec-decode the whole trace; every failure becomes one line naming the file."""
     if not data.strip():
         raise InputError(where, "empty file")
-    found = from_scan(data, detail) if use_scanner else None
-    return found if found is not None else from_msgspec(data, where, detail)
+    if _kineto_scan is not None and not _kineto_scan.depth_ok(data, limits.max_depth):
+        raise InputError(where, "JSON nested deeper than the limit")
+    try:
+        trace = TRACE_DECODER.decode(data)
+    except RecursionError:
+        raise InputError(where, "JSON nested deeper than the limit") from None
+    except msgspec.ValidationError as err:
+        msg = str(err)
+        if "missing required field `traceEvents`" in msg:
+            raise InputError(where, "not a Kineto trace: no traceEvents list") from None
+        if msg.endswith("`$`"):
+            raise InputError(where, "not a Kineto trace: the top level is not an object with traceEvents") from None
+        if msg.endswith(".ph`") or "missing required field `ph`" in msg:
+            raise InputError(where, "not a Kineto trace: events of unknown phase (or without ph)") from None
+        raise InputError(where, f"not a Kineto trace: {msg}") from None
+    except msgspec.DecodeError as err:
+        raise InputError(where, f"invalid JSON: {err}") from None
+    return trace
+
+
+def _none_as_nan(values) -> np.ndarray:
+    return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def from_msgspec(data: bytes, where: str, detail: str, limits: Limits) -> Frame:
+    trace = parse(data, where, limits)
+    evs = trace.traceEvents
+    trace.traceEvents = []
+    kind = np.fromiter(map({**{t: 1 for t in _SLICE_TYPES}, **{t: 2 for t in FLOW_TYPES}, Meta: 3}.get,
+                           map(type, evs), repeat(0)), dtype=np.int8, count=len(evs))
+    slices = [evs[i] for i in np.flatnonzero(kind == 1).tolist()]
+    flow_evs = [evs[i] for i in np.flatnonzero(kind == 2).tolist()]
+    meta_evs = [evs[i] for i in np.flatnonzero(kind == 3).tolist()]
+    counts = {"events": len(evs), "slices": len(slices), "flows": len(flow_evs),
+              "ignored": int(np.count_nonzero(kind == 0))}
+    if not slices:
+        raise InputError(where, "not a Kineto trace: no complete (ph X) events")
+    # the same selection as the scanner's, per distinct (ph, cat, name)
+    slice_ph = [e.__struct_config__.tag for e in slices]
+    gpu_trace = any(e.cat == "kernel" for e in slices)
+    modes: dict = {}
+
+    def kept(ph, e) -> bool:
+        key = (ph, e.cat or "", e.name or "")
+        mode = modes.get(key)
+        if mode is None:
+            mode = modes[key] = keep_mode(detail, *key)
+        return mode in (1, 2) or (mode in (3, 4) and not gpu_trace)
+
+    slices = [e for ph, e in zip(slice_ph, slices) if kept(ph, e)]
+    for e in slices:  # args: an object, or null (none), as the scanner reads them
+        head = bytes(memoryview(e.args)[:1])
+        if head == b"n":
+            e.args = msgspec.Raw(_EMPTY_ARGS)
+        elif head != b"{":
+            raise InputError(where, "not a Kineto trace: an event's args is not an object")
+    slice_ph = np.frombuffer("".join(e.__struct_config__.tag for e in slices).encode(), dtype=np.uint8)
+    flow_evs = [e for e in flow_evs if keep_mode(detail, _FLOW_PH[type(e)], "", "")]
+    ts = _none_as_nan(map(attrgetter("ts"), slices))
+    dur = _none_as_nan(map(attrgetter("dur"), slices))
+    ok, dropped = _check_times(slice_ph, ts, dur)
+    flow_ts = _none_as_nan(e.ts for e in flow_evs)
+    flow_ok, flow_dropped = _check_times(np.full(len(flow_evs), ord("s"), dtype=np.uint8), flow_ts,
+                                         np.zeros(len(flow_evs)))
+    for reason, n in flow_dropped.items():
+        dropped[reason] = dropped.get(reason, 0) + n
+    counts["dropped"] = dropped
+    rows = np.flatnonzero(ok).tolist()
+    slices = [slices[i] for i in rows]
+    ts, dur = ts[rows], np.nan_to_num(dur[rows], nan=0.0)
+    flow_evs = [flow_evs[i] for i in np.flatnonzero(flow_ok).tolist()]
+    flow_ts = flow_ts[flow_ok]
+    if not slices:
+        raise InputError(where, f"no usable events: {_dropped_text(dropped)}")
+    n = len(slices)
+    name_codes, names = col.intern([e.name or "" for e in slices])
+    cat_codes, cats = col.intern([e.cat or "" for e in slices])
+    pid_codes, pids = col.intern([0 if e.pid is None else e.pid for e in slices])
+    tid_codes, tids = col.intern([0 if e.tid is None else e.tid for e in slices])
+    track_codes, track_keys = _tracks(pid_codes, pids, tid_codes, tids)
+    flows = {
+        "flow_id": [e.id for e in flow_evs], "cat": [e.cat or "" for e in flow_evs],
+        "ph": [_FLOW_PH[type(e)] for e in flow_evs],
+        "ts_ns": ts_ns(flow_ts),
+        "keys": [(0 if e.pid is None else e.pid, 0 if e.tid is None else e.tid) for e in flow_evs],
+    } if detail == "full" else {}
+    header = msgspec.structs.replace(trace)  # the header fields; the events are gone
+    return Frame(
+        header=header, n=n, name_codes=name_codes, names=names, cat_codes=cat_codes, cats=cats,
+        track_codes=track_codes, track_keys=track_keys, ts_ns=ts_ns(ts), dur_ns=dur_ns(dur),
+        args=lambda rows: [slices[i].args for i in np.asarray(rows).tolist()],
+        args_json=lambda rows: b"[" + b",".join([slices[i].args for i in np.asarray(rows).tolist()]) + b"]",
+        gpu_trace=gpu_trace, flows=flows,
+        meta_events=[MetaEvent(e.name or "", 0 if e.pid is None else e.pid, 0 if e.tid is None else e.tid,
+                               bytes(e.args)) for e in meta_evs],
+        counts=counts,
+    )
+
+
+def frame(path: str, member: str | None, where: str, detail: str, limits: Limits,
+          use_scanner: bool = True) -> Frame:
+    """The columns of one trace file, read within ``limits``."""
+    if use_scanner and _kineto_scan is not None:
+        return from_scan(path, member, where, detail, limits)
+    return from_msgspec(stream.read_all(path, member, where, limits), where, detail, limits)

@@ -5,7 +5,9 @@ directory of such files, or a ``.zip`` of them. A tracer bundle also holds a
 ``manifest.json``; it is returned beside the traces, never parsed as one.
 
 Only names are resolved here; the bytes are read by the worker that decodes them
-(``TraceSource.read_bytes``), so a parallel load ships paths, not megabytes.
+(``stream.chunks``), so a parallel load ships paths, not megabytes. Archives are
+checked here against the load's limits (members, sizes, encryption, nesting);
+member names are never used as paths on disk.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import zipfile
 from dataclasses import dataclass
 
 from overlapscope.analyzer.errors import InputError
+from overlapscope.analyzer.ingest.limits import ENV_MAX_MEMBERS, Limits, from_env as limits_from_env, mb
 from overlapscope.contract import manifest as contract
 from overlapscope.contract.manifest import Manifest
 from overlapscope.contract.names import MANIFEST_FILE as MANIFEST_NAME
@@ -41,16 +44,6 @@ class TraceSource:
     def basename(self) -> str:
         return os.path.basename(self.member or self.path)
 
-    def read_bytes(self) -> bytes:
-        try:
-            if self.member is None:
-                with open(self.path, "rb") as f:
-                    return f.read()
-            with zipfile.ZipFile(self.path) as zf:
-                return zf.read(self.member)
-        except (OSError, zipfile.BadZipFile, KeyError) as err:
-            raise InputError(self.display, f"cannot read: {err}") from None
-
 
 @dataclass
 class Inputs:
@@ -63,9 +56,10 @@ class Inputs:
 
 
 def rank_from_name(name: str) -> int | None:
-    """The rank in a file name (``rank-3``, ``rank3``, ``worker3``), or None."""
+    """The rank in a file name (``rank-3``, ``rank3``, ``worker3``), or None (also for
+    digits too long to be a rank)."""
     matches = _RANK_IN_NAME.findall(os.path.basename(name))
-    return int(matches[-1]) if matches else None
+    return int(matches[-1]) if matches and len(matches[-1]) <= 9 else None
 
 
 def _is_trace_name(name: str) -> bool:
@@ -77,31 +71,59 @@ def _parse_manifest(data: bytes, where: str) -> tuple[Manifest, str]:
     """The manifest (the contract's struct) and its text; a bad one is one line naming the file."""
     try:
         return contract.decode(data), data.decode()
+    except RecursionError:
+        raise InputError(where, "manifest is nested deeper than any manifest") from None
     except contract.ManifestError as err:
         raise InputError(where, str(err)) from None
     except UnicodeDecodeError:
         raise InputError(where, "manifest is not UTF-8 text") from None
 
 
-def _from_zip(path: str) -> Inputs:
+def _read_manifest(read, size: int, where: str, limits: Limits) -> tuple[Manifest, str]:
+    if size > limits.max_manifest_bytes:
+        raise InputError(where, f"manifest is larger than {mb(limits.max_manifest_bytes)}")
+    return _parse_manifest(read(), where)
+
+
+def _from_zip(path: str, limits: Limits) -> Inputs:
     try:
         with zipfile.ZipFile(path) as zf:
-            names = [i.filename for i in zf.infolist() if not i.is_dir()]
-            manifest_names = [n for n in names if os.path.basename(n) == MANIFEST_NAME]
+            infos = [i for i in zf.infolist() if not i.is_dir()]
+            if len(infos) > limits.max_archive_members:
+                raise InputError(path, f"zip archive holds {len(infos):,} files, more than the limit of "
+                                       f"{limits.max_archive_members:,} (one per rank; ${ENV_MAX_MEMBERS} raises it)")
+            declared = sum(i.file_size for i in infos)
+            if declared > limits.max_archive_bytes:
+                raise InputError(path, f"zip archive declares {mb(declared)} of files, more than the limit of "
+                                       f"{mb(limits.max_archive_bytes)}")
+            for i in infos:
+                if i.flag_bits & 0x1:
+                    raise InputError(f"{path}:{_printable(i.filename)}", "encrypted zip member: store traces unencrypted")
+                if i.filename.lower().endswith((".zip", ".tar", ".tgz", ".tar.gz")):
+                    raise InputError(f"{path}:{_printable(i.filename)}", "an archive inside the archive: give the "
+                                                                         "per-rank traces in one .zip")
+            manifests = [i for i in infos if os.path.basename(i.filename) == MANIFEST_NAME]
             manifest = text = None
-            if manifest_names:
-                manifest, text = _parse_manifest(zf.read(manifest_names[0]), f"{path}:{manifest_names[0]}")
+            if manifests:
+                where = f"{path}:{manifests[0].filename}"
+                manifest, text = _read_manifest(lambda: zf.read(manifests[0]), manifests[0].file_size, where, limits)
     except zipfile.BadZipFile:
         raise InputError(path, "not a valid zip archive") from None
     except OSError as err:
         raise InputError(path, f"cannot read: {err.strerror or err}") from None
+    names = [i.filename for i in infos]
     sources = [TraceSource(path, n) for n in sorted(names) if _is_trace_name(n) and "__MACOSX" not in n]
     if not sources:
         raise InputError(path, "zip archive holds no trace files (*.json, *.json.gz)")
-    return Inputs(sources, manifest, f"{path}:{manifest_names[0]}" if manifest else None, text)
+    return Inputs(sources, manifest, f"{path}:{manifests[0].filename}" if manifest else None, text)
 
 
-def _from_dir(path: str) -> Inputs:
+def _printable(name: str) -> str:
+    """A member name as errors show it: control characters escaped."""
+    return name.encode("unicode_escape").decode("ascii") if not name.isprintable() else name
+
+
+def _from_dir(path: str, limits: Limits) -> Inputs:
     names = sorted(os.listdir(path))
     sources = [TraceSource(os.path.join(path, n)) for n in names if _is_trace_name(n)]
     sources = [s for s in sources if os.path.isfile(s.path)]
@@ -111,12 +133,13 @@ def _from_dir(path: str) -> Inputs:
     manifest_path = os.path.join(path, MANIFEST_NAME)
     if os.path.isfile(manifest_path):
         with open(manifest_path, "rb") as f:
-            manifest, text = _parse_manifest(f.read(), manifest_path)
+            manifest, text = _read_manifest(f.read, os.path.getsize(manifest_path), manifest_path, limits)
     return Inputs(sources, manifest, manifest_path if manifest else None, text)
 
 
-def resolve(paths: list[str]) -> Inputs:
+def resolve(paths: list[str], limits: Limits | None = None) -> Inputs:
     """Expand files, directories and zips into trace sources (one per rank)."""
+    limits = limits or limits_from_env()
     if not paths:
         raise InputError("(no input)", "give at least one trace file, directory or .zip")
     sources: list[TraceSource] = []
@@ -125,12 +148,12 @@ def resolve(paths: list[str]) -> Inputs:
         if not os.path.exists(path):
             raise InputError(path, "no such file or directory")
         if os.path.isdir(path):
-            found = _from_dir(path)
+            found = _from_dir(path, limits)
         elif zipfile.is_zipfile(path) or path.lower().endswith(".zip"):
-            found = _from_zip(path)
+            found = _from_zip(path, limits)
         elif os.path.basename(path) == MANIFEST_NAME:
             with open(path, "rb") as f:
-                manifest_one, text = _parse_manifest(f.read(), path)
+                manifest_one, text = _read_manifest(f.read, os.path.getsize(path), path, limits)
             found = Inputs([], manifest_one, path, text)
         else:
             found = Inputs([TraceSource(path)])

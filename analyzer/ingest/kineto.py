@@ -29,14 +29,17 @@ _NO_ARGS = msgspec.Raw(b"{}")  # events without args decode as an empty object
 
 
 class Slice(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
-    """A complete event (ph X): a CPU op, annotation, runtime call, kernel, copy, ..."""
+    """A complete event (ph X): a CPU op, annotation, runtime call, kernel, copy, ...
 
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0  # microseconds, fractional part = nanoseconds
-    dur: float = 0.0  # microseconds
+    Absent or null fields stay None here, as the C scanner leaves them absent: both
+    decoders then apply the same checks (frames.py)."""
+
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None  # microseconds, fractional part = nanoseconds
+    dur: float | None = None  # microseconds
     args: msgspec.Raw = _NO_ARGS
 
 
@@ -51,20 +54,21 @@ class InstantUpper(Slice, tag="I"):
 class Meta(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
     """Metadata (ph M): thread and process names."""
 
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
     args: msgspec.Raw = _NO_ARGS
 
 
 class FlowStart(msgspec.Struct, gc=False, tag_field="ph", tag="s"):
     """A flow event (ph s/t/f): links a CPU launch to its kernel, or forward to backward."""
 
-    cat: str = ""
+    cat: str | None = None
+    name: str | None = None
     id: int | str | None = None
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
 
 
 class FlowStep(FlowStart, tag="t"):
@@ -165,6 +169,14 @@ class CorrelationArgs(msgspec.Struct, gc=False):
     correlation: IntLike = NULL_I64
 
 
+class LaunchArgs(msgspec.Struct, gc=False):
+    """A runtime call's ids (correlation to its kernel, External id to its op): most of
+    a GPU trace's host rows are these, and they need no more."""
+
+    correlation: IntLike = NULL_I64
+    external_id: IntLike = msgspec.field(default=NULL_I64, name="External id")
+
+
 class MemoryArgs(msgspec.Struct, gc=False):
     """Arguments of ``[memory]`` instant events (profile_memory=True)."""
 
@@ -186,37 +198,22 @@ TRACE_DECODER = msgspec.json.Decoder(Trace)
 HEADER_DECODER = msgspec.json.Decoder(TraceHeader)
 
 
-# The overlap analysis reads neither flows nor allocator events: its decoder parses
-# them into field-less structs, which allocate nothing per field (measured: the
-# 216k-event reference trace has 64k flows and 28k allocator events).
-class BareInstant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
-    pass
-
-
-class _BareFlowStart(msgspec.Struct, gc=False, tag_field="ph", tag="s"):
-    pass
-
-
-class _BareFlowStep(_BareFlowStart, tag="t"):
-    pass
-
-
-class _BareFlowEnd(_BareFlowStart, tag="f"):
-    pass
-
-
-BARE_FLOW_TYPES = (_BareFlowStart, _BareFlowStep, _BareFlowEnd)
-_OverlapEvent = typing.Union[(Slice, BareInstant, InstantUpper, Meta, _BareFlowStart, _BareFlowStep, _BareFlowEnd)
-                             + _IGNORED]
-
-
-class OverlapTrace(Trace, kw_only=True):
-    traceEvents: list[_OverlapEvent]  # type: ignore[valid-type]
-
-
-OVERLAP_TRACE_DECODER = msgspec.json.Decoder(OverlapTrace)
 DEVICE_ARGS_DECODER = msgspec.json.Decoder(list[DeviceArgs])
 HOST_ARGS_DECODER = msgspec.json.Decoder(list[HostArgs])
 CORRELATION_DECODER = msgspec.json.Decoder(list[CorrelationArgs])
+LAUNCH_DECODER = msgspec.json.Decoder(list[LaunchArgs])
 MEMORY_ARGS_DECODER = msgspec.json.Decoder(list[MemoryArgs])
 META_ARGS_DECODER = msgspec.json.Decoder(list[MetaArgs])
+
+
+def _encode_names(*structs) -> tuple[bytes, ...]:
+    return tuple(sorted({f.encode_name.encode() for s in structs for f in msgspec.structs.fields(s)}))
+
+
+# The args keys each detail reads (the scanner keeps only these of each event's args;
+# the full detail stores the args whole).
+ARGS_KEYS = {
+    "overlap": _encode_names(CorrelationArgs, MetaArgs) + (b"Collective name",),
+    "attribution": _encode_names(DeviceArgs, HostArgs, CorrelationArgs, MemoryArgs, MetaArgs),
+    "full": None,
+}

@@ -1,8 +1,9 @@
 """Load per-rank traces into a store: resolve inputs, decode ranks in parallel, insert.
 
 Ranks are decoded in worker processes (msgspec holds the GIL, so threads would
-not help); each worker reads its own file and sends back Arrow tables. Nothing
-is stored unless every file decodes.
+not help); each worker reads its own file and sends back Arrow tables, and dies
+with its parent (a killed load leaves no worker behind). Nothing is stored unless
+every file decodes and the files make one run.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from overlapscope.analyzer.ingest.decode import DETAILS, RankData, decode_source
 from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource, resolve
+from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 from overlapscope.contract.manifest import Manifest
 
 
@@ -47,8 +49,24 @@ def _fork_is_safe() -> bool:
     return sys.platform.startswith("linux") and "duckdb" not in sys.modules and threading.active_count() == 1
 
 
+def _die_with_parent() -> None:
+    """Worker initializer: the kernel kills this worker when the parent dies (Linux),
+    so a kill -9 of a load leaves no worker blocked on its pipe."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+    except (OSError, AttributeError):  # not Linux: workers end when their pipe closes
+        pass
+
+
 def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | None = None,
-               while_waiting=None, on_decoded=None) -> list[RankData]:
+               while_waiting=None, on_decoded=None, limits: Limits | None = None) -> list[RankData]:
     """Decode every source; the first bad file stops the load with its error.
 
     ``while_waiting`` runs in this process while the workers decode (opening
@@ -57,17 +75,19 @@ def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | 
     """
     total = len(sources)
     report = on_decoded or (lambda done, total: None)
+    limits = limits or limits_from_env()
     n = _workers(total, workers) if _fork_is_safe() else 1
     if n == 1:
         ranks = []
         for s in sources:
-            ranks.append(decode_source(s, detail))
+            ranks.append(decode_source(s, detail, limits=limits))
             report(len(ranks), total)
         if while_waiting:
             while_waiting()
         return ranks
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(decode_source, s, detail) for s in sources]
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
+                             initializer=_die_with_parent) as pool:
+        futures = [pool.submit(decode_source, s, detail, True, limits) for s in sources]
         if while_waiting:
             while_waiting()
         for done, f in enumerate(as_completed(futures), start=1):
@@ -79,28 +99,55 @@ def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | 
         return [f.result() for f in futures]
 
 
-def check_ranks(ranks: list[RankData]) -> None:
-    """Two files may not claim one rank; world sizes must agree."""
+def _differ(ranks: list[RankData], key: str, what: str) -> None:
+    """Refuse files that disagree on ``key`` as different runs, naming two of them."""
+    seen = [r.meta for r in ranks if r.meta.get(key) is not None]
+    if not seen:
+        return
+    first = seen[0]
+    other = next((m for m in seen if m[key] != first[key]), None)
+    if other is not None:
+        raise InputError(other["file"], f"a different run: {what} {other[key]} here, {first[key]} in {first['file']}")
+
+
+def check_ranks(ranks: list[RankData], manifest: Manifest | None = None, manifest_source: str | None = None) -> None:
+    """The files make one run: one file per rank, the same world size, backend,
+    device kind and parallelism, and ranks inside the world size; a manifest that
+    came with them describes the same job."""
     seen: dict[int, str] = {}
     for r in ranks:
         rank, file = r.meta["rank"], r.meta["file"]
         if rank in seen:
             raise InputError(file, f"rank {rank} is also claimed by {seen[rank]}")
         seen[rank] = file
-    sizes = {r.meta["world_size"] for r in ranks if r.meta["world_size"]}
-    if len(sizes) > 1:
-        first = ranks[0].meta
-        other = next(r.meta for r in ranks if r.meta["world_size"] != first["world_size"])
-        raise InputError(other["file"], f"world size {other['world_size']} differs from "
-                                        f"{first['world_size']} in {first['file']}")
+    _differ(ranks, "world_size", "world size")
+    _differ(ranks, "device_kind", "device kind (cpu or gpu)")
+    _differ(ranks, "backend", "backend")
+    _differ(ranks, "parallelism_seen", "parallelism")
     for r in ranks:
         ws = r.meta["world_size"]
         if ws and not 0 <= r.meta["rank"] < ws:
             raise InputError(r.meta["file"], f"rank {r.meta['rank']} is outside the world size {ws}")
+    if manifest is None:
+        return
+    first = ranks[0].meta
+    where = manifest_source or "manifest.json"
+    if manifest.world_size and first["world_size"] and manifest.world_size != first["world_size"]:
+        raise InputError(where, f"a different run: the manifest says world size {manifest.world_size}, "
+                                f"{first['file']} says {first['world_size']}")
+    if manifest.backend and first["backend"] and manifest.backend != first["backend"]:
+        raise InputError(where, f"a different run: the manifest says backend {manifest.backend}, "
+                                f"{first['file']} says {first['backend']}")
+    seen_par = next((r.meta for r in ranks if r.meta.get("parallelism_seen")), None)
+    if manifest.parallelism and seen_par and \
+            (manifest.parallelism == "ddp") != (seen_par["parallelism_seen"] == "ddp"):
+        raise InputError(where, f"a different run: the manifest says {manifest.parallelism}, "
+                                f"{seen_par['file']} shows {seen_par['parallelism_seen']}")
 
 
 def load(paths: list[str], con=None, name: str | None = None, tags: dict | None = None,
-         detail: str = "full", workers: int | None = None, on_decoded=None, open_con=None, after=None) -> Loaded:
+         detail: str = "full", workers: int | None = None, on_decoded=None, open_con=None, after=None,
+         limits: Limits | None = None) -> Loaded:
     """Load traces into ``con`` (a new in-memory store when None) as one run.
 
     ``detail`` (decode.DETAILS) chooses how much of each trace is kept: the
@@ -109,7 +156,8 @@ def load(paths: list[str], con=None, name: str | None = None, tags: dict | None 
     an open DuckDB connection makes forking them unsafe. ``after(con, run_id)``
     runs inside the insert's transaction (store.database.insert_run).
     """
-    inputs: Inputs = resolve(paths)
+    limits = limits or limits_from_env()
+    inputs: Inputs = resolve(paths, limits)
     opened = {"con": con}
 
     def open_store():  # duckdb is imported here, after the workers have forked
@@ -121,8 +169,8 @@ def load(paths: list[str], con=None, name: str | None = None, tags: dict | None 
     if detail not in DETAILS:
         raise ValueError(f"detail must be one of {DETAILS}")
     ranks = decode_all(inputs.sources, detail=detail, workers=workers, while_waiting=open_store,
-                       on_decoded=on_decoded)
-    check_ranks(ranks)
+                       on_decoded=on_decoded, limits=limits)
+    check_ranks(ranks, inputs.manifest, inputs.manifest_source)
     ranks.sort(key=lambda r: r.meta["rank"])
     from overlapscope.analyzer.store import database as store
 

@@ -42,6 +42,9 @@ CREATE TABLE IF NOT EXISTS ranks (
     clock_offset_ns     BIGINT DEFAULT 0,  -- added to ts_ns to align ranks (0 = trust the trace)
     pg_config           JSON,              -- distributedInfo.pg_config (process groups and members)
     events              BIGINT,            -- traceEvents entries in the file
+    dropped_events      JSON,              -- {reason: count}: events left out for a missing, negative or
+                                           -- out-of-range ts or dur (ingest/frames.py)
+    name_rank           INTEGER,           -- the rank the file name says, when it differs from distributedInfo's
     PRIMARY KEY (run_id, rank)
 );
 

@@ -58,7 +58,8 @@ def _rank_row(r: RankData) -> dict:
             "backend": m["backend"], "nccl_version": m["nccl_version"], "device_kind": m["device_kind"],
             "device_names": m["device_names"], "device_memory_bytes": m["device_memory_bytes"],
             "hostname": m["hostname"], "base_time_ns": m["base_time_ns"], "clock_offset_ns": 0,
-            "pg_config": m["pg_config"], "events": r.counts.get("events")}
+            "pg_config": m["pg_config"], "events": r.counts.get("events"),
+            "dropped_events": json.dumps(r.counts.get("dropped") or {}), "name_rank": m.get("name_rank")}
 
 
 def _insert_row(con, table: str, row: dict) -> None:

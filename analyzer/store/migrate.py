@@ -73,6 +73,9 @@ def _from_1(con) -> None:
         con.execute("UPDATE runs SET parallelism = json_extract_string(manifest, '$.parallelism')")
     if "headline" not in _columns(con, "runs"):
         con.execute("ALTER TABLE runs ADD COLUMN headline JSON")
+    for column, kind in (("dropped_events", "JSON"), ("name_rank", "INTEGER")):
+        if column not in _columns(con, "ranks"):
+            con.execute(f"ALTER TABLE ranks ADD COLUMN {column} {kind}")
     if "kind" not in _columns(con, "collectives"):
         con.execute("ALTER TABLE collectives ADD COLUMN kind VARCHAR")
         con.execute("ALTER TABLE collectives ADD COLUMN family VARCHAR")

@@ -53,7 +53,39 @@ class RunInfo:
             "hostnames": sorted({r["hostname"] for r in self.ranks if r["hostname"]}),
             "parallelism": self.parallelism,
             "has_manifest": self.has_manifest,
+            "missing_ranks": self.missing_ranks(),
+            "dropped_events": self.dropped_events(),
+            "warnings": self.warnings(),
         }
+
+    def missing_ranks(self) -> list[int]:
+        """Ranks of the job whose traces were not given (the analyses cover the others)."""
+        loaded = {r["rank"] for r in self.ranks}
+        return [r for r in range(self.world_size or 0) if r not in loaded]
+
+    def dropped_events(self) -> dict:
+        """Events left out for their timestamps or durations, by reason, over the ranks."""
+        total: dict[str, int] = {}
+        for r in self.ranks:
+            for reason, n in json.loads(r["dropped_events"] or "{}").items():
+                total[reason] = total.get(reason, 0) + n
+        return total
+
+    def warnings(self) -> list[str]:
+        """What the user should know about the input, one line each."""
+        out = []
+        missing = self.missing_ranks()
+        if missing:
+            shown = ", ".join(map(str, missing[:16])) + (f" and {len(missing) - 16:,} more" if len(missing) > 16 else "")
+            out.append(f"{len(missing):,} of {self.world_size:,} ranks missing ({shown}): the figures cover the "
+                       f"{len(self.ranks):,} loaded")
+        for r in self.ranks:
+            dropped = json.loads(r["dropped_events"] or "{}")
+            if dropped:
+                out.append(f"{r['file']}: left out " + ", ".join(f"{n:,} events with {why}" for why, n in dropped.items()))
+            if r["name_rank"] is not None:
+                out.append(f"{r['file']}: the file name says rank {r['name_rank']}, distributedInfo says {r['rank']}")
+        return out
 
     def device_memory_bytes(self) -> tuple[int | None, str | None]:
         """The smallest device memory over the ranks and where it comes from (trace, manifest)."""

@@ -7,5 +7,6 @@ FROM runs WHERE run_id = $run_id;
 
 -- name: ranks
 -- Its loaded ranks, in order.
-SELECT rank, file, device_names, hostname, device_memory_bytes, world_size, backend
+SELECT rank, file, device_names, hostname, device_memory_bytes, world_size, backend, dropped_events,
+       name_rank
 FROM ranks WHERE run_id = $run_id ORDER BY rank;

@@ -1,0 +1,270 @@
+"""Hostile inputs, one row each: the one-line refusal (exit 2, the file named, nothing
+stored) or a documented warning with a correct analysis, never an internal error.
+Each input goes through both decoders (the C scanner and msgspec), which must agree."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+import zipfile
+
+import pytest
+
+from builders import BASE_US, CpuTrace, GpuTrace, write
+from overlapscope.analyzer.errors import InputError
+from overlapscope.analyzer.ingest import frames
+from overlapscope.analyzer.ingest.decode import DETAILS, decode_source
+from overlapscope.analyzer.ingest.inputs import TraceSource
+from overlapscope.cli import main
+
+
+def _gpu(rank=0, world_size=2) -> dict:
+    return GpuTrace(rank=rank, world_size=world_size).step(1, 0, 100).kernel(0, 50, step=1).comm(30, 40, step=1).to_json()
+
+
+def _with_event(**changes) -> dict:
+    """A GPU trace whose first kernel has ``changes`` (None deletes a field)."""
+    t = _gpu()
+    kernel = next(e for e in t["traceEvents"] if e.get("cat") == "kernel")
+    for k, v in changes.items():
+        if v is None:
+            kernel.pop(k, None)
+        else:
+            kernel[k] = v
+    return t
+
+
+DEEP = "__deep__"
+
+
+def _deep(trace: dict, n: int = 20000) -> str:
+    """The trace's JSON with the string DEEP replaced by a value nested n lists deep
+    (json.dumps itself cannot write one)."""
+    return json.dumps(trace).replace(json.dumps(DEEP), "[" * n + "1" + "]" * n)
+
+
+def _raw(text: str):
+    return text  # written as given
+
+
+# (id, trace (dict or raw text), expected: a substring of the refusal, or None for success)
+REFUSED = [
+    ("world_size_2_62", lambda: {**_gpu(), "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 2**62}},
+     "world size"),
+    ("world_size_0", lambda: {**_gpu(), "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 0}},
+     "world size 0"),
+    ("rank_2_40", lambda: {**_gpu(), "distributedInfo": {"backend": "nccl", "rank": 2**40, "world_size": 2}},
+     "rank"),
+    ("rank_1e30", lambda: _raw(json.dumps(_gpu()).replace('"rank": 0', '"rank": 1e30')), "not a Kineto trace"),
+    ("base_time_1e30_float", lambda: {**_gpu(), "baseTimeNanoseconds": 1e30}, "not a Kineto trace"),
+    ("base_time_10_30_int", lambda: {**_gpu(), "baseTimeNanoseconds": 10**30}, "baseTimeNanoseconds"),
+    ("deep_args", lambda: _deep(_with_event(args={"x": DEEP})), "nested deeper"),
+    ("deep_header", lambda: _deep({**_gpu(), "extra": DEEP}), "nested deeper"),
+    ("deep_distributed_info", lambda: _deep({**_gpu(), "distributedInfo": {"rank": 0, "pg_config": DEEP}}),
+     "nested deeper"),
+    ("trailing_garbage", lambda: _raw(json.dumps(_gpu()) + " garbage"), "invalid JSON"),
+    ("second_document", lambda: _raw(json.dumps(_gpu()) + json.dumps(_gpu())), "invalid JSON"),
+    ("nan_token", lambda: _raw(json.dumps(_gpu()).replace('"dur": 50', '"dur": NaN', 1)), "invalid JSON"),
+    ("unknown_phase", lambda: _with_event(ph="Q"), "not a Kineto trace"),
+    ("no_phase", lambda: _with_event(ph=None), "not a Kineto trace"),
+    ("name_is_a_number", lambda: _with_event(name=12), "not a Kineto trace"),
+    ("pid_is_a_float", lambda: _with_event(pid=1.5), "not a Kineto trace"),
+    ("ts_is_a_string", lambda: _with_event(ts="soon"), "not a Kineto trace"),
+    ("args_not_an_object", lambda: _with_event(args=[1, 2]), "not a Kineto trace"),
+    ("correlation_is_a_float", lambda: _with_event(args={"correlation": 1.5}), "args"),
+    ("events_not_objects", lambda: {**_gpu(), "traceEvents": [1, 2]}, "not a Kineto trace"),
+    ("only_bad_timestamps", lambda: {**_gpu(), "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k",
+                                                                 "pid": 0, "tid": 7, "dur": 5}]}, "no usable events"),
+]
+
+ACCEPTED = [
+    # (id, trace, what the analysis must show)
+    ("int_beyond_int64_in_args", lambda: _with_event(args={"correlation": 2**64, "External id": 10**30,
+                                                             "stream": 7, "device": 0})),
+    ("negative_dur", lambda: _with_event(dur=-5)),
+    ("missing_ts", lambda: _with_event(ts=None)),
+    ("missing_dur", lambda: _with_event(dur=None)),
+    ("ts_1e30", lambda: _with_event(ts=1e30)),
+    ("null_name_and_pid", lambda: {**_gpu(), "traceEvents": _gpu()["traceEvents"] + [
+        {"ph": "X", "cat": "cpu_op", "name": None, "pid": None, "tid": None, "ts": BASE_US + 1, "dur": 1}]}),
+    ("escaped_keys", lambda: _raw(json.dumps(_gpu()).replace('"ph"', '"\\u0070h"'))),
+]
+
+
+def _write(case, tmp_path, name="rank-0.json") -> str:
+    value = case()
+    path = tmp_path / name
+    path.write_text(value if isinstance(value, str) else json.dumps(value))
+    return str(path)
+
+
+def _outcome(path: str, detail: str, use_scanner: bool):
+    try:
+        decode_source(TraceSource(path), detail, use_scanner=use_scanner)
+        return "ok"
+    except InputError as err:
+        assert "\n" not in str(err) and str(err).startswith(path), str(err)
+        return f"refused: {err.problem}"
+
+
+both = pytest.mark.skipif(frames._kineto_scan is None, reason="the C scanner is not built")
+
+
+@both
+@pytest.mark.parametrize("case_id, case, expected", REFUSED, ids=[c[0] for c in REFUSED])
+def test_refused_by_both_decoders(tmp_path, case_id, case, expected):
+    path = _write(case, tmp_path)
+    for detail in DETAILS:
+        scanned, decoded = _outcome(path, detail, True), _outcome(path, detail, False)
+        if expected is None:
+            assert scanned == decoded == "ok", (scanned, decoded)
+        else:
+            assert scanned.startswith("refused") and decoded.startswith("refused"), (scanned, decoded)
+            assert expected in scanned and expected in decoded, (scanned, decoded)
+
+
+@pytest.mark.parametrize("case_id, case, expected", REFUSED, ids=[c[0] for c in REFUSED])
+def test_refused_in_one_line_by_the_cli(tmp_path, capsys, case_id, case, expected):
+    path = _write(case, tmp_path)
+    code = main(["analyze", path])
+    out, err = capsys.readouterr()
+    if expected is None:
+        assert code == 0, err
+        return
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and path in err and expected in err
+
+
+@both
+@pytest.mark.parametrize("case_id, case", ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_accepted_alike_by_both_decoders(tmp_path, case_id, case):
+    from test_decoders_agree import _same
+
+    path = _write(case, tmp_path)
+    for detail in DETAILS:
+        _same(decode_source(TraceSource(path), detail, use_scanner=True),
+              decode_source(TraceSource(path), detail, use_scanner=False))
+
+
+@pytest.mark.parametrize("field, value, reason", [("dur", -5, "negative dur"), ("ts", None, "missing or invalid ts"),
+                                                  ("dur", None, "missing dur"), ("ts", 1e30, "missing or invalid ts")])
+def test_broken_timings_are_dropped_counted_and_said(tmp_path, capsys, field, value, reason):
+    """The broken kernel leaves the analysis (comm is the all-reduce alone: 40 us, none of
+    it hidden), and the run says how many events it left out and why."""
+    path = _write(lambda: _with_event(**{field: value}), tmp_path)
+    assert main(["analyze", path, "--json"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert result["run"]["dropped_events"] == {reason: 1}
+    assert any(reason in w for w in result["run"]["warnings"])
+    (rank,) = result["ranks"]
+    assert rank["comm_ms"] == pytest.approx(0.040) and rank["exposed_comm_ms"] == pytest.approx(0.040)
+    assert main(["analyze", path]) == 0
+    assert reason in capsys.readouterr().err  # the table's reader hears it too
+
+
+def test_huge_integers_in_args_become_nulls(tmp_path):
+    path = _write(ACCEPTED[0][1], tmp_path)
+    rank = decode_source(TraceSource(path), "full")
+    kernel = next(e for e in rank.events.to_pylist() if e["cat"] == "kernel")
+    assert kernel["correlation"] is None and kernel["external_id"] is None and kernel["stream"] == 7
+
+
+def test_missing_ranks_are_named(tmp_path, capsys):
+    for r in (0, 1, 3):
+        write(GpuTrace(rank=r, world_size=4).step(1, 0, 100).kernel(0, 50, step=1), tmp_path / f"rank-{r}.json")
+    assert main(["analyze", str(tmp_path), "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert run["ranks_loaded"] == [0, 1, 3] and run["missing_ranks"] == [2]
+    assert any("1 of 4 ranks missing (2)" in w for w in run["warnings"])
+
+
+def test_a_file_name_that_disagrees_with_distributed_info_is_reported(tmp_path, capsys):
+    write(GpuTrace(rank=1).step(1, 0, 100).kernel(0, 50, step=1), tmp_path / "rank-3.json")
+    assert main(["analyze", str(tmp_path), "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["run"]["warnings"]
+    assert any("the file name says rank 3, distributedInfo says 1" in w for w in warnings)
+
+
+@pytest.mark.parametrize("make_other, what", [
+    (lambda: CpuTrace(rank=1).step(1, 0, 100).op(0, 30).gloo(35, 20).to_json(), "device kind"),
+    (lambda: {**_gpu(rank=1), "distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2}}, "backend"),
+    (lambda: {**_gpu(rank=1), "distributedInfo": {"backend": "nccl", "rank": 1, "world_size": 8}}, "world size"),
+])
+def test_files_of_different_runs_are_refused(tmp_path, capsys, make_other, what):
+    a = write(_gpu(rank=0), tmp_path / "rank-0.json")
+    b = write(make_other(), tmp_path / "rank-1.json")
+    code = main(["analyze", a, b])
+    err = capsys.readouterr().err
+    assert code == 2 and "a different run" in err and what in err and a in err and b in err
+
+
+def test_a_ddp_rank_and_an_fsdp_rank_are_different_runs(tmp_path, capsys):
+    ddp = GpuTrace(rank=0).step(1, 0, 100).annotation("DistributedDataParallel.forward", 1, 10).kernel(0, 50, step=1)
+    fsdp = GpuTrace(rank=1).step(1, 0, 100).annotation("FSDP::all_gather (layers.0)", 1, 10).kernel(0, 50, step=1)
+    a, b = write(ddp, tmp_path / "rank-0.json"), write(fsdp, tmp_path / "rank-1.json")
+    assert main(["analyze", a, b]) == 2
+    err = capsys.readouterr().err
+    assert "a different run: parallelism" in err
+
+
+def test_a_manifest_of_another_job_is_refused(tmp_path, capsys):
+    write(_gpu(rank=0), tmp_path / "rank-0.json")
+    (tmp_path / "manifest.json").write_text(json.dumps({"schema_version": 1, "world_size": 16}))
+    assert main(["analyze", str(tmp_path)]) == 2
+    assert "the manifest says world size 16" in capsys.readouterr().err
+
+
+# --- archives ---------------------------------------------------------------------------
+
+
+def test_an_encrypted_member_is_refused(tmp_path, capsys):
+    path = tmp_path / "run.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("rank-0.json", json.dumps(_gpu()))
+    # set the "encrypted" flag a password-protected zip carries (zipfile writes none):
+    # general purpose bit 0 in the local header (offset 6) and the central directory (8)
+    data = bytearray(path.read_bytes())
+    local, central = data.index(b"PK\x03\x04"), data.index(b"PK\x01\x02")
+    data[local + 6] |= 0x1
+    data[central + 8] |= 0x1
+    path.write_bytes(bytes(data))
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "encrypted zip member" in err and "rank-0.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_archive_inside_the_archive_is_refused(tmp_path, capsys):
+    inner = tmp_path / "inner.zip"
+    with zipfile.ZipFile(inner, "w") as zf:
+        zf.writestr("rank-0.json", json.dumps(_gpu()))
+    outer = tmp_path / "outer.zip"
+    with zipfile.ZipFile(outer, "w") as zf:
+        zf.write(inner, "inner.zip")
+        zf.writestr("rank-1.json", json.dumps(_gpu(rank=1)))
+    assert main(["analyze", str(outer)]) == 2
+    assert "an archive inside the archive" in capsys.readouterr().err
+
+
+def test_ten_thousand_members_are_refused_fast(tmp_path, capsys):
+    path = tmp_path / "many.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for i in range(10_000):
+            zf.writestr(f"rank-{i}.json", "{}")
+    start = time.perf_counter()
+    assert main(["analyze", str(path)]) == 2
+    elapsed = time.perf_counter() - start
+    err = capsys.readouterr().err
+    assert "10,000 files, more than the limit" in err and elapsed < 30
+
+
+def test_member_names_are_never_paths(tmp_path, capsys):
+    """A member named ../../x.json is read from the archive, never written anywhere."""
+    path = tmp_path / "run.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("../../evil/rank-0.json", json.dumps(_gpu()))
+    assert main(["analyze", str(path), "--json"]) == 0
+    capsys.readouterr()
+    assert not (tmp_path.parent.parent / "evil").exists()
