@@ -22,3 +22,7 @@ class UsageError(Exception):
 
 class CatalogBusy(UsageError):
     """The catalog file is locked by another process (DuckDB allows one writer)."""
+
+
+class CatalogWriteError(UsageError):
+    """The catalog's file cannot take the run (a full or read-only disk): nothing was stored."""

@@ -18,8 +18,10 @@ from overlapscope.analyzer.ingest.limits import ENV_MAX_TRACE_MB, Limits, mb
 
 try:  # igzip is 3-4x faster than zlib on trace files; the standard gzip is the fallback
     from isal import igzip as _gzip
+    from isal.isal_zlib import error as _GzipError
 except ImportError:  # pragma: no cover - isal is a dependency, but stay usable without it
     import gzip as _gzip
+    _GzipError = zlib.error
 
 CHUNK_BYTES = 1 << 20  # small: the scanner keeps the unparsed tail of one chunk
 GZIP_MAGIC = b"\x1f\x8b"
@@ -61,7 +63,7 @@ def chunks(path: str, member: str | None, where: str, limits: Limits) -> Iterato
                 yield piece
     except InputError:
         raise
-    except (EOFError, zlib.error) as err:
+    except (EOFError, zlib.error, _GzipError) as err:
         raise InputError(where, f"truncated or corrupt gzip data ({err})") from None
     except zipfile.BadZipFile as err:
         raise InputError(where, f"corrupt zip member ({err})") from None

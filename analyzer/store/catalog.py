@@ -14,7 +14,7 @@ from pathlib import Path
 
 from overlapscope.analyzer import sql
 
-from overlapscope.analyzer.errors import CatalogBusy, UsageError
+from overlapscope.analyzer.errors import CatalogBusy, CatalogWriteError, UsageError
 from overlapscope.analyzer.ingest.load import load
 
 # store (and with it duckdb) is imported inside the functions: a command that
@@ -59,7 +59,7 @@ def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False)
 
 
 def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None,
-           on_decoded=None, open_con=None) -> int:
+           on_decoded=None, open_con=None, limits=None) -> int:
     """Store the traces at ``paths`` as run ``name`` with its headline and findings; return its run id.
 
     One transaction holds the rows, the headline and the findings: a failure
@@ -72,8 +72,23 @@ def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: 
 
     if not name:
         raise UsageError("a run needs a name (--run NAME)")
-    loaded = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers,
-                  on_decoded=on_decoded, open_con=open_con, after=results.write)
+    import duckdb
+
+    from overlapscope.analyzer.store.database import path_of
+
+    opened = []
+
+    def open_and_remember():
+        opened.append(open_con())
+        return opened[0]
+
+    try:
+        loaded = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers, on_decoded=on_decoded,
+                      open_con=open_and_remember if open_con else None, after=results.write, limits=limits)
+    except duckdb.Error as err:  # the disk, not the input: a full or read-only file system
+        where = path_of(con or opened[0]) if (con or opened) else "the catalog"
+        raise CatalogWriteError(f"{where}: cannot store the run, nothing was stored: "
+                                f"{str(err).splitlines()[0]}") from None
     return loaded.run_id
 
 

@@ -101,6 +101,21 @@ def insert_run(con: duckdb.DuckDBPyConnection, ranks: list[RankData], name: str,
             after(con, run_id)
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        rollback(con)
         raise
     return run_id
+
+
+def rollback(con) -> None:
+    """Undo the open transaction; a connection that cannot (its disk failed) is left
+    to the caller's error: the uncommitted rows never reach the file either way."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
+def path_of(con) -> str:
+    """The file behind a connection (":memory:" for an in-memory store)."""
+    found = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+    return (found[0] if found else None) or ":memory:"

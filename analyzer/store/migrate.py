@@ -60,7 +60,12 @@ def upgrade(con, found: int | None) -> None:
         con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        import duckdb
+
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:  # the disk failed: nothing was committed either way
+            pass
         raise
 
 
