@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from overlapscope.analyzer.errors import InputError, UsageError
+from overlapscope.cli.tables import clean
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, UsageError) as err:
         if args.debug:
             raise
-        print(f"overlapscope: error: {err}", file=sys.stderr)
+        print(f"overlapscope: error: {clean(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # an unexpected failure still gets one line without --debug
         if args.debug:
             raise
-        print(f"overlapscope: internal error: {type(err).__name__}: {err} (rerun with --debug)", file=sys.stderr)
+        print(f"overlapscope: internal error: {type(err).__name__}: {clean(err)} (rerun with --debug)",
+              file=sys.stderr)
         return 1
 

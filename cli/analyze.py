@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from overlapscope.analyzer.api import analyze, analyze_run
 from overlapscope.cli.common import add_source_arguments, describe, emit, stored_run
-from overlapscope.cli.tables import table
+from overlapscope.cli.tables import clean, table
 
 RANK_COLUMNS = [
     ("rank", "rank"), ("steps", "steps"), ("step_ms", "step_ms(median)"), ("compute_ms", "compute_ms"),
@@ -30,9 +30,9 @@ def add_parser(sub) -> None:
 
 def _print_text(result: dict) -> None:
     run = result["run"]
-    print(f"run: {run['name']}")
-    print(f"world size {run['world_size']}, backend {run['backend'] or '?'}, "
-          f"devices {', '.join(run['devices']) or '?'}, ranks loaded {len(run['ranks_loaded'])}")
+    print(f"run: {clean(run['name'])}")
+    print(f"world size {run['world_size']}, backend {clean(run['backend'] or '?')}, "
+          f"devices {clean(', '.join(run['devices']) or '?')}, ranks loaded {len(run['ranks_loaded'])}")
     print(f"headline: {describe(result['headline'])}")
     print()
     print("per rank (all profiled events; step_ms is the median step)")

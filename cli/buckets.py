@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from overlapscope.analyzer.api import buckets, buckets_run
 from overlapscope.cli.common import add_source_arguments, emit, stored_run
-from overlapscope.cli.tables import table
+from overlapscope.cli.tables import clean, table
 
 SUMMARY_COLUMNS = [
     ("kind", "kind"), ("id", "id"), ("phase", "phase"), ("count", "n"), ("bytes", "bytes"),
@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 
 def _print_text(result: dict) -> None:
     run = result["run"]
-    print(f"run: {run['name']} (world size {run['world_size']}, {run['backend'] or '?'}, "
+    print(f"run: {clean(run['name'])} (world size {run['world_size']}, {clean(run['backend'] or '?')}, "
           f"{run['parallelism'] or 'parallelism from the trace'})")
     print()
     print("per bucket / unit / phase (means over ranks and steps; most exposed first)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from overlapscope.analyzer.errors import UsageError
+from overlapscope.cli.tables import clean
 
 
 def add_source_arguments(p) -> None:
@@ -43,7 +44,7 @@ def emit(result: dict, as_json: bool, print_text) -> int:
         sys.stdout.flush()
     else:
         for line in (result.get("run") or {}).get("warnings") or []:
-            print(f"overlapscope: warning: {line}", file=sys.stderr)
+            print(f"overlapscope: warning: {clean(line)}", file=sys.stderr)
         print_text(result)
     return 0
 

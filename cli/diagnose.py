@@ -6,6 +6,7 @@ import textwrap
 
 from overlapscope.analyzer.api import diagnose, diagnose_run
 from overlapscope.cli.common import add_source_arguments, emit, stored_run
+from overlapscope.cli.tables import clean
 
 MARK = {"fail": "FAIL", "warn": "WARN", "pass": "pass", "n/a": " n/a"}
 
@@ -24,12 +25,12 @@ def add_parser(sub) -> None:
 
 def _print_text(result: dict, show_all: bool) -> None:
     run = result["run"]
-    print(f"run: {run['name']} (world size {run['world_size']}, {run['backend'] or '?'})")
+    print(f"run: {clean(run['name'])} (world size {run['world_size']}, {clean(run['backend'] or '?')})")
     print()
     for f in result["findings"]:
         print(f"{MARK[f['status']]}  {f['id']:26} {f['title']}")
         if f["status"] in ("fail", "warn") or show_all:
-            for label, text in (("evidence", f["evidence"]), ("fix", f["fix"])):
+            for label, text in (("evidence", clean(f["evidence"])), ("fix", clean(f["fix"]))):
                 body = textwrap.fill(text, width=100, initial_indent=f"      {label}: ",
                                      subsequent_indent=" " * (8 + len(label)))
                 print(body)

@@ -1,6 +1,18 @@
-"""Plain-text tables for the CLI: fixed-width columns, units in the headers."""
+"""Plain-text tables for the CLI: fixed-width columns, units in the headers; and
+``clean`` for every text that reaches the terminal from a trace, a manifest or a user."""
 
 from __future__ import annotations
+
+import re
+
+# C0 and C1 control characters (ANSI escapes start with one; a newline would break a row)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def clean(value) -> str:
+    """Text as the terminal may show it: control characters become visible escapes."""
+    text = str(value)
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _cell(value) -> str:
@@ -8,7 +20,7 @@ def _cell(value) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:,.2f}"
-    return str(value)
+    return clean(value)
 
 
 def table(rows: list[dict], columns: list[tuple[str, str]]) -> str:

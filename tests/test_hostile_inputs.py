@@ -268,3 +268,23 @@ def test_member_names_are_never_paths(tmp_path, capsys):
     assert main(["analyze", str(path), "--json"]) == 0
     capsys.readouterr()
     assert not (tmp_path.parent.parent / "evil").exists()
+
+
+# --- untrusted text in the terminal ------------------------------------------------------
+
+
+def test_control_characters_never_reach_the_terminal(tmp_path, capsys):
+    """An ANSI escape in a device name, or a newline and an escape in a file name, reach
+    the terminal as visible escapes: no colour, no cleared screen, no broken line."""
+    t = _gpu()
+    t["deviceProperties"][0]["name"] = "\x1b[31mEVIL\x1b[0m"
+    good_path = tmp_path / "rank-0.json"
+    good_path.write_text(json.dumps(t))
+    assert main(["analyze", str(good_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\\x1b[31mEVIL" in out
+    bad = tmp_path / "rank-1\x1b[2J\nx.json"
+    bad.write_text("{broken")
+    assert main(["analyze", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and err.count("\n") == 1 and "\\x1b[2J\\nx.json" in err
