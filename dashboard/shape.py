@@ -96,7 +96,9 @@ def hide_threshold(model_rows: list[dict]) -> dict:
                                         ("a DDP or FSDP stage", stage)) if not value]
     if t_hide is None and not missing and gpus and gpus > 1:
         try:
-            t_hide = hide.stage_tokens_to_hide(stage, f, w, gpus, grad_bytes=m.get("grad_bytes") or 2.0)
+            t_hide = hide.stage_tokens_to_hide(stage, f, w, gpus, grad_bytes=m.get("grad_bytes") or 2.0,
+                                               weight_bytes=m.get("weight_bytes") or 2.0,
+                                               reduce_bandwidth_bytes_per_s=m.get("reduce_bus_bandwidth_bytes_per_s"))
         except ValueError as err:  # hsdp: two links, no single threshold
             missing.append(str(err))
     if gpus is not None and gpus <= 1:
@@ -110,12 +112,7 @@ def verdict_at(threshold: dict, tokens: float | None) -> str | None:
     """The model's verdict (hidden, marginal, exposed) at ``tokens`` for a ``hide_threshold``."""
     if not tokens or threshold["tokens_to_hide"] is None:
         return None
-    try:
-        return hide.overlap_verdict(tokens, threshold["flops_per_s"], threshold["bus_bandwidth_bytes_per_s"],
-                                             threshold["gpus"], threshold["stage"],
-                                             grad_bytes=threshold["grad_bytes"] or 2.0).verdict
-    except ValueError:  # hsdp: no single threshold
-        return None
+    return hide.verdict_of(threshold["tokens_to_hide"] / tokens)[0]
 
 
 def ratio_curve(t_hide: float, tokens: float | None = None, points: int = 60) -> list[dict]:
