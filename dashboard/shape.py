@@ -115,6 +115,27 @@ def verdict_at(threshold: dict, tokens: float | None) -> str | None:
     return hide.verdict_of(threshold["tokens_to_hide"] / tokens)[0]
 
 
+def disagreements(model_rows: list[dict]) -> dict | None:
+    """Where the model and the measurement disagree (buckets' ``disagreement``): the rows as a
+    table, the term that explains most of them and the explanation of the median such row;
+    None where they agree everywhere."""
+    rows = [m for m in model_rows if m.get("disagreement")]
+    if not rows:
+        return None
+    table = [{"rank": m["rank"], "step": m["step"], "verdict": m["verdict"],
+              "measured_exposed_ms": m["disagreement"]["measured_exposed_ms"],
+              "model_exposed_ms": m["disagreement"]["predicted_exposed_ms"],
+              "explained_by": m["disagreement"]["term"], "term_ms": m["disagreement"]["term_ms"]} for m in rows]
+    counts: dict[str, int] = {}
+    for r in table:
+        counts[r["explained_by"]] = counts.get(r["explained_by"], 0) + 1
+    term = max(counts, key=lambda k: (counts[k], k))
+    mine = sorted((m for m in rows if m["disagreement"]["term"] == term), key=lambda m: m["disagreement"]["gap_ms"])
+    return {"rows": table, "of": len(model_rows), "term": term, "count": counts[term],
+            "example": mine[len(mine) // 2]["disagreement"]["explanation"],
+            "example_at": (mine[len(mine) // 2]["rank"], mine[len(mine) // 2]["step"])}
+
+
 def ratio_curve(t_hide: float, tokens: float | None = None, points: int = 60) -> list[dict]:
     """ratio(T) = T_hide / T (comm over the backward that hides it) on a log grid of T."""
     low, high = t_hide / 30, t_hide * 30

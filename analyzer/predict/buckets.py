@@ -20,6 +20,7 @@ from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.model.hide import overlap_verdict, stage_tokens_to_hide
 from overlapscope.analyzer.model.memory import model_state_bytes
 from overlapscope.analyzer.predict import exposure
+from overlapscope.analyzer.predict.reconcile import reconcile
 from overlapscope.analyzer.store.runinfo import RunInfo, run_info
 
 STAGE_OF = {"ddp": "ddp", "fsdp": "zero3", "hsdp": "zero3"}
@@ -240,6 +241,7 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     tokens = tokens or info.manifest.tokens_per_microbatch
     inputs = _inputs(sources, info, tokens, stage, grad_bytes, weight_bytes)
     steps, models = _per_step(rows, ov["steps"], inputs, info)
+    models = reconcile(con, run_id, rows, steps, models, ov["steps"], info.device_kind, stage)
     return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
                        weight_bytes)
 

@@ -14,3 +14,7 @@ SELECT rank, clock_offset_ns, matched, via FROM rank_clock ORDER BY rank;
 SELECT rank, step, count(*) AS peered, count(*) FILTER (WHERE last_rank = rank) AS last_arrivals
 FROM comm_wait WHERE peers > 1 AND step IS NOT NULL
 GROUP BY ALL ORDER BY rank, step;
+
+-- name: transfers
+-- Per transfer: its waiting for peers (the rest of its duration is the transfer).
+SELECT rank, event_id, wait_ns, transfer_ns FROM comm_wait;
