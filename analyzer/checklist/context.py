@@ -14,13 +14,10 @@ import statistics
 from dataclasses import dataclass
 
 from overlapscope.analyzer import sql
-from overlapscope.analyzer.checklist.findings import t
 from overlapscope.analyzer.checklist.setup import Setup
-from overlapscope.analyzer.ingest.classify import NORM_OPS
-from overlapscope.analyzer.measure import rates, waits
+from overlapscope.analyzer.measure import idle, rates, waits
 from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.predict.buckets import RunAnalysis
-from overlapscope.analyzer.units import NS_PER_US
 from overlapscope.contract.manifest import Manifest
 
 
@@ -101,8 +98,6 @@ def _setup(con, analysis: RunAnalysis) -> Setup:
 
 def build(con, analysis: RunAnalysis) -> CheckContext:
     run_id = analysis.info.run_id
-    sql.ensure(con, "checklist", run_id=run_id, launch_gap_ns=int(t("launch_gap_us") * NS_PER_US),
-               norm_ops=sorted(NORM_OPS))
-    return CheckContext(analysis, sql.rows(con, "checklist.idle"), sql.rows(con, "checklist.flops"),
+    return CheckContext(analysis, idle.per_step(con, run_id), sql.rows(con, "checklist.flops"),
                         sql.rows(con, "checklist.norms"), rates.instances(analysis.collectives),
                         waits.steps(con, run_id), waits.ranks(con, run_id), _setup(con, analysis))

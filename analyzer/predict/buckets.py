@@ -241,7 +241,7 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     tokens = tokens or info.manifest.tokens_per_microbatch
     inputs = _inputs(sources, info, tokens, stage, grad_bytes, weight_bytes)
     steps, models = _per_step(rows, ov["steps"], inputs, info)
-    models = reconcile(con, run_id, rows, steps, models, ov["steps"], info.device_kind, stage)
+    models = reconcile(con, run_id, rows, steps, models, info.device_kind, stage)
     return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
                        weight_bytes)
 

@@ -11,7 +11,9 @@ figure in ms per step, and the largest explains the gap:
   timing (the verdict's tokens-to-hide assumes the comm can run beside all compute);
 - ``late_rank``: waiting for a late rank that no compute covers (measure.waits);
 - ``slow_transfers``: transfers longer than W predicts (contention, a slower path);
-- ``host_bound``: the device idle in the step (GPU runs: nothing to hide comm behind);
+- ``host_bound``: on GPU runs, the rest of the gap as far as the device waited for
+  launches in the step at least as long (measure.idle: no compute to hide comm
+  behind);
 - ``cpu_sharing``: the rest, on CPU-only runs: gloo's threads share the cores with
   compute, so comm and compute do not run side by side as the model assumes;
 - ``model_inputs``: the run hides more than the model expects (W or F understated).
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from overlapscope.analyzer import sql
-from overlapscope.analyzer.measure import waits
+from overlapscope.analyzer.measure import idle, waits
 from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.units import NS_PER_MS
 
@@ -34,7 +36,7 @@ _TEXT = {
     "order": "the run's own {what} order and timing: the replay exposes {ms} even at W",
     "late_rank": "waiting for a late rank{late}: {ms} of waiting that no compute covers",
     "slow_transfers": "transfers {ms} longer than W predicts (contention or a slower path)",
-    "host_bound": "the device idles {ms} in the step (host-bound: nothing runs to hide comm behind)",
+    "host_bound": "the device waits {ms} for launches in the step (host-bound: no compute to hide comm behind)",
     "cpu_sharing": "CPU threads sharing cores: gloo's threads and compute take turns on the cores, {ms} the "
                    "model expects to run side by side",
     "model_inputs": "the run hides {ms} more than the model expects: W or F understate this run",
@@ -67,13 +69,14 @@ def _late_ranks(step_waits: list[dict]) -> dict[int, list[int]]:
 
 
 def reconcile(con, run_id: int, rows: list[Collective], steps: list[dict], models: list[dict],
-              overlap_steps: list[dict], device_kind: str, stage: str | None) -> list[dict]:
+              device_kind: str, stage: str | None) -> list[dict]:
     """The model rows, each with ``disagreement`` (None where model and measurement agree)."""
     step_waits = waits.steps(con, run_id)
     exposed_wait = {(w["rank"], w["step"]): w["exposed_wait_ms"] for w in step_waits}
     late = _late_ranks(step_waits)
     slow = _slow_transfers(con, rows)
-    idle = {(s["rank"], s["step"]): s["idle_ms"] for s in overlap_steps}
+    host = {(r["rank"], r["step"]): r["host_idle_ns"] / NS_PER_MS for r in idle.per_step(con, run_id)} \
+        if device_kind == "gpu" else {}
     predicted = {(s["rank"], s["step"]): s["predicted_exposed_ms"] for s in steps}
     what = "bucket" if stage == "ddp" else "unit"
     out = []
@@ -88,10 +91,11 @@ def reconcile(con, run_id: int, rows: list[Collective], steps: list[dict], model
             continue
         terms = {"order": predicted[key] or 0.0, "late_rank": exposed_wait.get(key, 0.0),
                  "slow_transfers": slow.get(key, 0.0)}
-        if device_kind == "gpu":
-            terms["host_bound"] = idle.get(key) or 0.0
+        rest = max(0.0, s["exposed_comm_ms"] - sum(terms.values()))
+        if device_kind == "gpu":  # the rest, as far as the device waited for launches in the step
+            terms["host_bound"] = min(rest, host.get(key, 0.0))
         else:
-            terms["cpu_sharing"] = max(0.0, s["exposed_comm_ms"] - sum(terms.values()))
+            terms["cpu_sharing"] = rest
         if gap < 0:
             terms = {"model_inputs": -gap}
         term = max(terms, key=terms.get)
