@@ -7,7 +7,7 @@ SELECT * FROM wait_rank ORDER BY rank;
 SELECT * FROM wait_step ORDER BY rank, step;
 
 -- name: clock
-SELECT rank, clock_offset_ns, matched, via FROM rank_clock ORDER BY rank;
+SELECT rank, clock_offset_ns, matched, via, basis FROM rank_clock ORDER BY rank;
 
 -- name: arrivals
 -- Per step and rank: the instances shared with another rank, and how many of them it arrived last at.
