@@ -9,7 +9,7 @@ from collections import defaultdict
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step, worst_owners
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
-from overlapscope.analyzer.checklist.setup import join, pick
+from overlapscope.analyzer.checklist.setup import join, only_for, pick
 
 _VERDICT_STATUS = {"exposed": "fail", "marginal": "warn", "hidden": "pass"}
 _BACKWARD = {"backward_allgather", "reduce_scatter", "allreduce"}
@@ -56,7 +56,7 @@ def tokens_below_fw(ctx: CheckContext) -> Result:
 
 
 def _prefetch_fix(ctx: CheckContext) -> str:
-    return join(pick(ctx.setup,
+    return only_for(ctx.setup, "fsdp", join(pick(ctx.setup,
                      fsdp2="Prefetch the next unit's all-gather during the current unit's forward: "
                            "module.set_modules_to_forward_prefetch([next]).",
                      fsdp1="Prefetch the next unit's all-gather: FullyShardedDataParallel(..., forward_prefetch=True).",
@@ -65,17 +65,17 @@ def _prefetch_fix(ctx: CheckContext) -> str:
                 pick(ctx.setup,
                      gpu="Remove device-to-host syncs (.item(), prints) that stop the CPU from running ahead.",
                      cpu="On CPU (gloo) the gathers run on gloo's threads, which need free cores to run beside "
-                         "compute (torch.set_num_threads below the cores per rank)."))
+                         "compute (torch.set_num_threads below the cores per rank).")))
 
 
 def _comm_bound_fix(ctx: CheckContext) -> str:
-    return join("The gathers take longer than the compute of the unit they hide behind:",
+    return only_for(ctx.setup, "fsdp", join("The gathers take longer than the compute of the unit they hide behind:",
                 "raise the tokens per GPU per micro-batch above F/W (micro-batch size or sequence length);",
                 pick(ctx.setup,
                      hsdp="shrink the shard group to the GPUs of one NVLink domain so gathers use faster links;",
                      default="shard within the node (HSDP) so gathers use faster links;"),
                 "gather in bf16 (param_dtype=torch.bfloat16) if the weights are gathered in fp32; or get faster "
-                "links.")
+                "links."))
 
 
 @rule("exposed_forward_allgather", "Forward all-gathers not hidden",
@@ -261,13 +261,15 @@ def _other_kind(r) -> str:
 def other_comm(ctx: CheckContext) -> Result:
     rows = [r for r in ctx.rows if r.kind == "other"]
     in_steps = [r for r in rows if r.step is not None]
+    owners = pick(ctx.setup, ddp="DDP buckets", fsdp="FSDP units", default="DDP buckets and FSDP units")
+    nothing = f"Nothing to do: the step's communication belongs to the {owners}."
     if not rows:
-        return Result("pass", "no communication outside DDP buckets and FSDP units")
+        return Result("pass", f"no communication outside the {owners}", fix=nothing)
     rank_steps = len(ctx.steps)
     if not in_steps or not rank_steps:
         kinds = ", ".join(sorted({_other_kind(r) for r in rows}))
-        return Result("pass", f"{len(rows)} collectives outside buckets and units ({kinds}), none inside a "
-                              f"profiled step")
+        return Result("pass", f"{len(rows)} collectives outside the {owners} ({kinds}), none inside a "
+                              f"profiled step", fix=nothing)
     by_kind: dict[str, list] = defaultdict(list)
     for r in in_steps:
         by_kind[_other_kind(r)].append(r)
@@ -286,7 +288,7 @@ def other_comm(ctx: CheckContext) -> Result:
     total = sum(exposed.values())
     share = total / mean_step
     outside = len(rows) - len(in_steps)
-    evidence = ("outside DDP buckets and FSDP units: " + "; ".join(parts)
+    evidence = (f"outside the {owners}: " + "; ".join(parts)
                 + (f" ({outside} more outside the profiled steps)" if outside else ""))
     fix = "Look at: " + "; ".join(_OTHER_HINTS.get(k, _OTHER_DEFAULT) for k in order) + "."
     return Result(grade(share, "exposed_fail", "exposed_warn"), evidence, impact_ms=total, fix=fix,

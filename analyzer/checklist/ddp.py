@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
-from overlapscope.analyzer.checklist.setup import join, pick
+from overlapscope.analyzer.checklist.setup import join, only_for, pick
 from overlapscope.analyzer.measure.collectives import Collective
 
 
@@ -85,7 +85,8 @@ def _lower_fix(ctx: CheckContext, now: str) -> str:
 def ddp_bucket_size(ctx: CheckContext) -> Result:
     cap = ctx.manifest.bucket_cap_mb
     now = f" (now {cap} MB)" if cap else ""
-    fix_small, fix_large = _raise_fix(ctx, now), _lower_fix(ctx, now)
+    fix_small = only_for(ctx.setup, "ddp", _raise_fix(ctx, now))
+    fix_large = only_for(ctx.setup, "ddp", _lower_fix(ctx, now))
     rows = _buckets(ctx)
     if not rows:
         return na("no DDP bucket all-reduces in the trace", fix_small)
@@ -127,7 +128,7 @@ _LAST_FIX = ("The last bucket holds the first layers' gradients (often the input
 def last_bucket_exposed(ctx: CheckContext) -> Result:
     rows = _buckets(ctx)
     if not rows:
-        return na("no DDP bucket all-reduces in the trace")
+        return na("no DDP bucket all-reduces in the trace", only_for(ctx.setup, "ddp", _LAST_FIX))
     rounds = backwards(rows, ctx.manifest).rounds
     tails = [max(g, key=lambda r: (r.offset_ms or 0) + r.comm_ms) for g in rounds.values()]
     steps = len(per_step(tails)) or 1

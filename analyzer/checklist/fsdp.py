@@ -8,7 +8,7 @@ from collections import defaultdict
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step
 from overlapscope.analyzer.checklist.findings import Result, na, rule, t
-from overlapscope.analyzer.checklist.setup import pick
+from overlapscope.analyzer.checklist.setup import only_for, pick
 from overlapscope.analyzer.measure.collectives import Collective
 
 
@@ -28,12 +28,12 @@ def _unit_bytes(ctx: CheckContext) -> dict[str, float]:
 
 
 def _wrap_fix(ctx: CheckContext) -> str:
-    return pick(ctx.setup,
+    return only_for(ctx.setup, "fsdp", pick(ctx.setup,
                 fsdp2="fully_shard each transformer block first, then the root (one unit per block).",
                 fsdp1="Wrap each transformer block: FullyShardedDataParallel(model, auto_wrap_policy="
                       "ModuleWrapPolicy({Block})) (one unit per block).",
                 default="Shard each transformer block as its own unit, then the root: fully_shard per block "
-                        "(FSDP2) or auto_wrap_policy=ModuleWrapPolicy({Block}) (FSDP1).")
+                        "(FSDP2) or auto_wrap_policy=ModuleWrapPolicy({Block}) (FSDP1)."))
 
 
 def _unit_names(ctx: CheckContext) -> set[str]:
@@ -66,9 +66,6 @@ def root_only_wrap(ctx: CheckContext) -> Result:
       "(latency-bound collectives), split oversized units so their gathers overlap and fewer full "
       "weights sit in memory at once.")
 def unit_size(ctx: CheckContext) -> Result:
-    rows = _units(ctx)
-    if not rows:
-        return na("no FSDP units (DDP buckets: see ddp_bucket_size)")
     fix = pick(ctx.setup,
                fsdp2="Wrap at the granularity of a transformer block: group tiny modules into one fully_shard call "
                      "(latency-bound collectives), split oversized units so their gathers overlap and fewer full "
@@ -77,6 +74,10 @@ def unit_size(ctx: CheckContext) -> Result:
                      "no tiny units (latency-bound collectives), no oversized ones.",
                default="Wrap at the granularity of a transformer block: no tiny units (latency-bound "
                        "collectives), no oversized ones.")
+    fix = only_for(ctx.setup, "fsdp", fix)
+    rows = _units(ctx)
+    if not rows:
+        return na("no FSDP units (DDP buckets: see ddp_bucket_size)", fix)
     if not _unit_bytes(ctx):
         return na(f"{len(_unit_names(ctx))} units but no unit sizes (no manifest units, no sizes on the forward "
                   f"all-gathers)", fix)
@@ -105,28 +106,28 @@ def _device_memory(ctx: CheckContext) -> float | None:
 
 
 def _keep_gathered(ctx: CheckContext) -> str:
-    return pick(ctx.setup,
+    return only_for(ctx.setup, "fsdp", pick(ctx.setup,
                 fsdp2="Set reshard_after_forward=False on the units whose backward all-gather is exposed (the last "
                       "units first): one all-gather fewer per unit and step, at the cost of keeping them gathered.",
                 fsdp1="Use sharding_strategy=ShardingStrategy.SHARD_GRAD_OP (no reshard after forward): one "
                       "all-gather fewer per unit and step, at the cost of keeping the weights gathered.",
                 default="Keep the units gathered between forward and backward (FSDP2 reshard_after_forward=False, "
-                        "FSDP1 SHARD_GRAD_OP): one all-gather fewer per unit and step.")
+                        "FSDP1 SHARD_GRAD_OP): one all-gather fewer per unit and step."))
 
 
 def _reshard(ctx: CheckContext) -> str:
-    return pick(ctx.setup,
+    return only_for(ctx.setup, "fsdp", pick(ctx.setup,
                 fsdp2="Set reshard_after_forward=True (or an int, the intra-node size) to free the gathered weights.",
                 fsdp1="Use sharding_strategy=ShardingStrategy.FULL_SHARD to free the gathered weights after forward.",
                 default="Reshard after forward (FSDP2 reshard_after_forward=True, FSDP1 FULL_SHARD) to free the "
-                        "gathered weights.")
+                        "gathered weights."))
 
 
 @rule("reshard_after_forward", "reshard_after_forward against the memory headroom", "Nothing to do.")
 def reshard_after_forward(ctx: CheckContext) -> Result:
     rows = _units(ctx)
     if not rows:
-        return na("not an FSDP run")
+        return na("not an FSDP run", only_for(ctx.setup, "fsdp", _keep_gathered(ctx)))
     peaks = [m["peak_allocated_bytes"] for m in ctx.memory if m["peak_allocated_bytes"]]
     device = _device_memory(ctx)
     back = [r for r in rows if r.phase == "backward_allgather"]
@@ -153,7 +154,7 @@ def reshard_after_forward(ctx: CheckContext) -> Result:
 
 
 def _hsdp_fix(ctx: CheckContext) -> str:
-    return pick(ctx.setup,
+    return only_for(ctx.setup, "fsdp", pick(ctx.setup,
                 fsdp2="Shard within a node and replicate across nodes: fully_shard(..., mesh=init_device_mesh(..., "
                       "(nodes, gpus_per_node))) (HSDP) or reshard_after_forward=<gpus per node>, so the all-gathers "
                       "and reduce-scatters stay on NVLink and only a gradient all-reduce crosses the network.",
@@ -161,7 +162,7 @@ def _hsdp_fix(ctx: CheckContext) -> str:
                       "HYBRID_SHARD, so the all-gathers and reduce-scatters stay inside the node and only a "
                       "gradient all-reduce crosses the network.",
                 default="Shard within a node and replicate across nodes (HSDP: a 2-D mesh with FSDP2, HYBRID_SHARD "
-                        "with FSDP1).")
+                        "with FSDP1)."))
 
 
 @rule("hsdp_candidate", "Flat sharding across nodes (HSDP candidate)",

@@ -8,7 +8,7 @@ from collections import defaultdict
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import fmt_ms
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
-from overlapscope.analyzer.checklist.setup import pick
+from overlapscope.analyzer.checklist.setup import only_for, pick
 from overlapscope.analyzer.units import NS_PER_MS
 
 
@@ -46,6 +46,7 @@ def local_grad_clipping(ctx: CheckContext) -> Result:
                      "not torch.nn.utils.clip_grad_norm_ on the local shards.",
                default="With sharded gradients the norm must be all-reduced: use the FSDP-aware "
                        "torch.nn.utils.clip_grad_norm_ on DTensor gradients (FSDP2) or model.clip_grad_norm_ (FSDP1).")
+    fix = only_for(ctx.setup, "fsdp", fix)
     if ctx.stage not in ("zero3",):
         return na("gradients are not sharded (not FSDP)", fix)
     norms = {(r["rank"], r["step"]) for r in ctx.norms}

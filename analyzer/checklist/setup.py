@@ -57,3 +57,15 @@ def pick(setup: Setup, **variants: str) -> str:
 def join(*parts: str | None) -> str:
     """Sentences of a fix, the empty ones left out."""
     return " ".join(p.strip() for p in parts if p and p.strip())
+
+
+_OTHER_FAMILY = {"fsdp": "Not an FSDP run: nothing to change here.", "ddp": "Not a DDP run: nothing to change here."}
+
+
+def only_for(setup: Setup, family: str, fix: str) -> str:
+    """``fix`` where the run is of ``family`` (ddp, fsdp: FSDP and HSDP) or unknown; a plain
+    'nothing to change' where it is known to be another: no FSDP advice on a DDP run."""
+    known = setup.parallelism
+    if known is None or family in setup.tokens:
+        return fix
+    return _OTHER_FAMILY[family]
