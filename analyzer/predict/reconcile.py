@@ -1,14 +1,16 @@
 """The model beside the measurement, reconciled: where they disagree, which term explains it.
 
-The model's expectation for a step is the replay's predicted exposed time (the
-run's own bucket or unit order and timing, collectives at W), or nothing exposed
-when the verdict is hidden or marginal and nothing was replayed. Where the
+The model's expectation for a step is nothing exposed where its verdict is hidden
+or marginal; otherwise (an exposed verdict, or none for want of T) the replay's
+predicted exposed time (the run's own bucket or unit order and timing, collectives
+at W). Where the
 measured exposed comm differs from it by more than the warn share of the step
 (3%, the checklist's ``exposed_warn``), each term the model leaves out gets its
 figure in ms per step, and the largest explains the gap:
 
-- ``order``: what the replay itself exposes from the run's bucket or unit order and
-  timing (the verdict's tokens-to-hide assumes the comm can run beside all compute);
+- ``order`` (against a hidden or marginal verdict): what the replay exposes from the
+  run's own bucket or unit order and timing (the verdict assumes the comm can run
+  beside all compute; the last bucket's tail cannot);
 - ``late_rank``: waiting for a late rank that no compute covers (measure.waits);
 - ``slow_transfers``: transfers longer than W predicts (contention, a slower path);
 - ``host_bound``: on GPU runs, the rest of the gap as far as the device waited for
@@ -82,15 +84,16 @@ def reconcile(con, run_id: int, rows: list[Collective], steps: list[dict], model
     out = []
     for m, s in zip(models, steps):
         key = (s["rank"], s["step"])
-        expected = predicted[key]
-        if expected is None and m["verdict"] in ("hidden", "marginal"):
-            expected = 0.0
+        # a hidden (or marginal) verdict expects nothing exposed, and the run's own order and
+        # timing (the replay) is one of the terms; otherwise the replay is the expectation
+        by_verdict = m["verdict"] in ("hidden", "marginal")
+        expected = 0.0 if by_verdict else predicted[key]
         gap = None if expected is None else s["exposed_comm_ms"] - expected
         if gap is None or not s["step_ms"] or abs(gap) / s["step_ms"] <= WARN_SHARE:
             out.append({**m, "disagreement": None})
             continue
-        terms = {"order": predicted[key] or 0.0, "late_rank": exposed_wait.get(key, 0.0),
-                 "slow_transfers": slow.get(key, 0.0)}
+        terms = {"order": predicted[key] or 0.0} if by_verdict else {}
+        terms.update(late_rank=exposed_wait.get(key, 0.0), slow_transfers=slow.get(key, 0.0))
         rest = max(0.0, s["exposed_comm_ms"] - sum(terms.values()))
         if device_kind == "gpu":  # the rest, as far as the device waited for launches in the step
             terms["host_bound"] = min(rest, host.get(key, 0.0))
@@ -109,6 +112,6 @@ def reconcile(con, run_id: int, rows: list[Collective], steps: list[dict], model
             "terms": {k: round(v, 6) for k, v in terms.items()},
             "late_rank": late_rank if term == "late_rank" else None,
             "explanation": (f"measured {_fmt(s['exposed_comm_ms'])} exposed against the model's {_fmt(expected)} "
-                            f"({'verdict ' + m['verdict'] if m['verdict'] else 'replay'}): explained by {text}"),
+                            f"({'verdict ' + m['verdict'] if by_verdict else 'replay'}): explained by {text}"),
         }})
     return out
