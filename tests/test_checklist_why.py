@@ -17,7 +17,7 @@ from overlapscope.analyzer.api import buckets, diagnose
 from overlapscope.analyzer.ingest.dtypes import itemsize
 from builders import NCCL_ALLREDUCE, GpuTrace, write_bundle
 from conftest import SAMPLES
-from test_diagnose_synthetic import MB, ddp, findings
+from test_diagnose_synthetic import ddp, findings
 
 MiB4 = 1 << 20  # float32 elements: 4 MiB
 

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from overlapscope.analyzer.api import analyze, buckets, diagnose
-from builders import GpuTrace, write_bundle
+from builders import GpuTrace
 
 STEP_US = 1000.0
 READY = (0.3, 0.6, 1.0)  # bucket i is ready at this share of the rank's compute
