@@ -92,14 +92,18 @@ def timeline(tl: dict) -> alt.LayerChart:
     columns = ["lane", "kind", "name", "start_ms", "end_ms", "dur_ms", "busy_ms", "marks", "coll_kind",
                "coll_id", "phase", "collective", "bytes", "coll_comm_ms", "coll_exposed_ms"]
     marks, exposed = _frame(tl["marks"], columns), _frame(tl["exposed"], columns)
-    windows = {w["rank"]: w["window_ms"] for w in tl["windows"]}
-    background = _frame([{"lane": lane["lane"], "start_ms": 0.0, "end_ms": windows.get(lane["rank"], 0.0)}
-                               for lane in tl["lanes"]], columns=["lane", "start_ms", "end_ms"])
+    windows = {w["rank"]: (w.get("start_ms", 0.0), w.get("end_ms", w["window_ms"])) for w in tl["windows"]}
+    background = _frame([{"lane": lane["lane"], "start_ms": windows.get(lane["rank"], (0.0, 0.0))[0],
+                          "end_ms": windows.get(lane["rank"], (0.0, 0.0))[1]}
+                         for lane in tl["lanes"]], columns=["lane", "start_ms", "end_ms"])
     kinds = [k for k in KIND_COLORS if k in set(marks["kind"]) | set(exposed["kind"])] or ["compute"]
     y = alt.Y("lane:N", sort=lanes, title=None, axis=alt.Axis(labelLimit=260, labelOverlap=False))
-    longest_ms = max(windows.values(), default=0.0) or None
-    x = alt.X("start_ms:Q", title="ms from the step's start (each rank's own clock)",
-              scale=alt.Scale(domain=[0, longest_ms], nice=False) if longest_ms else alt.Undefined)
+    first_ms = min((a for a, _ in windows.values()), default=0.0)
+    last_ms = max((b for _, b in windows.values()), default=0.0) or None
+    title = ("ms from the earliest step start (ranks on one clock)" if tl.get("aligned", False)
+             else "ms from the step's start (each rank's own clock)")
+    x = alt.X("start_ms:Q", title=title,
+              scale=alt.Scale(domain=[first_ms, last_ms], nice=False) if last_ms else alt.Undefined)
     tooltip = [alt.Tooltip("lane:N"), alt.Tooltip("kind:N"), alt.Tooltip("name:N"),
                alt.Tooltip("start_ms:Q", format=".3f"), alt.Tooltip("dur_ms:Q", title="duration (ms)", format=".3f"),
                alt.Tooltip("marks:Q", title="events merged"), alt.Tooltip("busy_ms:Q", format=".3f"),

@@ -174,11 +174,13 @@ def steps(db: str, run_id: int, run_stamp: str) -> list[dict]:
 
 
 @st.cache_data(show_spinner="Building the timeline...", max_entries=64)
-def timeline(db: str, run_id: int, run_stamp: str, step: int, ranks: tuple[int, ...], max_marks: int) -> dict:
-    """``timeline.timeline`` of one step, with the cached attribution."""
+def timeline(db: str, run_id: int, run_stamp: str, step: int, ranks: tuple[int, ...], max_marks: int,
+             aligned: bool = True) -> dict:
+    """``timeline.timeline`` of one step, with the cached attribution (ranks on one clock unless not ``aligned``)."""
     rows = attribution(db, run_id, run_stamp)
     with connect(db) as con:
-        return timeline_analysis.timeline(con, run_id, step, list(ranks), attribution=rows, max_marks=max_marks)
+        return timeline_analysis.timeline(con, run_id, step, list(ranks), attribution=rows, max_marks=max_marks,
+                                          aligned=aligned)
 
 
 def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None) -> int:

@@ -96,7 +96,9 @@ def hide_threshold(model_rows: list[dict]) -> dict:
                                         ("a DDP or FSDP stage", stage)) if not value]
     if t_hide is None and not missing and gpus and gpus > 1:
         try:
-            t_hide = hide.stage_tokens_to_hide(stage, f, w, gpus, grad_bytes=m.get("grad_bytes") or 2.0)
+            t_hide = hide.stage_tokens_to_hide(stage, f, w, gpus, grad_bytes=m.get("grad_bytes") or 2.0,
+                                               weight_bytes=m.get("weight_bytes") or 2.0,
+                                               reduce_bandwidth_bytes_per_s=m.get("reduce_bus_bandwidth_bytes_per_s"))
         except ValueError as err:  # hsdp: two links, no single threshold
             missing.append(str(err))
     if gpus is not None and gpus <= 1:
@@ -110,12 +112,28 @@ def verdict_at(threshold: dict, tokens: float | None) -> str | None:
     """The model's verdict (hidden, marginal, exposed) at ``tokens`` for a ``hide_threshold``."""
     if not tokens or threshold["tokens_to_hide"] is None:
         return None
-    try:
-        return hide.overlap_verdict(tokens, threshold["flops_per_s"], threshold["bus_bandwidth_bytes_per_s"],
-                                             threshold["gpus"], threshold["stage"],
-                                             grad_bytes=threshold["grad_bytes"] or 2.0).verdict
-    except ValueError:  # hsdp: no single threshold
+    return hide.verdict_of(threshold["tokens_to_hide"] / tokens)[0]
+
+
+def disagreements(model_rows: list[dict]) -> dict | None:
+    """Where the model and the measurement disagree (buckets' ``disagreement``): the rows as a
+    table, the term that explains most of them and the explanation of the median such row;
+    None where they agree everywhere."""
+    rows = [m for m in model_rows if m.get("disagreement")]
+    if not rows:
         return None
+    table = [{"rank": m["rank"], "step": m["step"], "verdict": m["verdict"],
+              "measured_exposed_ms": m["disagreement"]["measured_exposed_ms"],
+              "model_exposed_ms": m["disagreement"]["predicted_exposed_ms"],
+              "explained_by": m["disagreement"]["term"], "term_ms": m["disagreement"]["term_ms"]} for m in rows]
+    counts: dict[str, int] = {}
+    for r in table:
+        counts[r["explained_by"]] = counts.get(r["explained_by"], 0) + 1
+    term = max(counts, key=lambda k: (counts[k], k))
+    mine = sorted((m for m in rows if m["disagreement"]["term"] == term), key=lambda m: m["disagreement"]["gap_ms"])
+    return {"rows": table, "of": len(model_rows), "term": term, "count": counts[term],
+            "example": mine[len(mine) // 2]["disagreement"]["explanation"],
+            "example_at": (mine[len(mine) // 2]["rank"], mine[len(mine) // 2]["step"])}
 
 
 def ratio_curve(t_hide: float, tokens: float | None = None, points: int = 60) -> list[dict]:

@@ -118,7 +118,7 @@ def test_ingest_stores_the_checklist(tmp_path, db):
     stored = con.execute("SELECT count(*), count(*) FILTER (WHERE status = 'fail') FROM findings WHERE run_id = ?",
                          [run_id]).fetchone()
     head = catalog.runs(con)[0]["headline"]
-    assert stored[0] == 16 and stored[1] == len(head["failed_findings"])
+    assert stored[0] == 17 and stored[1] == len(head["failed_findings"])
 
 
 def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db):

@@ -7,6 +7,8 @@ rule needs them.
 
 from __future__ import annotations
 
+import pytest
+
 
 from overlapscope.analyzer.api import diagnose
 from builders import GpuTrace, write_bundle
@@ -121,12 +123,25 @@ def test_bf16_reduction_passes(tmp_path):
 # --- straggler -------------------------------------------------------------------------------
 
 def test_straggler_names_the_late_rank(tmp_path):
-    # rank 1 computes 60 us longer; rank 0's all-reduces wait for it: same transfer, longer calls
-    fast = ddp(rank=0, buckets=((40, 90, 7), (140, 50, 15), (190, 20, 19)))
-    slow = ddp(rank=1, buckets=((100, 30, 7), (140, 50, 15), (190, 20, 19)), compute_kernels=16)
+    # rank 1 computes 60 us longer; rank 0's first all-reduce waits for it: 40..130 on rank 0,
+    # 100..130 on rank 1 (the transfer). Rank 0's compute ends at 40, so all 60 us of its wait
+    # (40..100) are lost; the later buckets start together.
+    fast = ddp(rank=0, buckets=((40, 90, 7), (140, 50, 15), (190, 20, 19)), compute_kernels=4)
+    slow = ddp(rank=1, buckets=((100, 30, 7), (140, 50, 15), (190, 20, 19)), compute_kernels=10)
     f = findings(tmp_path, [fast, slow])
     assert f["straggler"]["status"] == "fail"
     assert f["straggler"]["details"]["late_rank"] == 1
+    assert f["straggler"]["impact_ms"] == pytest.approx(0.060, abs=1e-6)
+
+
+def test_a_wait_hidden_behind_compute_is_not_lost(tmp_path):
+    # the same late rank, but rank 0 computes until 100: its 40..100 wait runs beside its own
+    # compute and its step loses nothing (the old figure charged it 60 us)
+    fast = ddp(rank=0, buckets=((40, 90, 7), (140, 50, 15), (190, 20, 19)))
+    slow = ddp(rank=1, buckets=((100, 30, 7), (140, 50, 15), (190, 20, 19)), compute_kernels=10)
+    f = findings(tmp_path, [fast, slow])
+    assert f["straggler"]["status"] == "pass"
+    assert f["straggler"]["impact_ms"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_no_straggler_when_ranks_match(tmp_path):
@@ -297,7 +312,8 @@ def test_every_rule_is_reported_failed_first(tmp_path):
     assert set(ids) == {
         "tokens_below_fw", "exposed_forward_allgather", "exposed_backward_comm", "root_only_wrap", "unit_size",
         "low_bus_bandwidth", "reshard_after_forward", "hsdp_candidate", "ddp_bucket_size", "last_bucket_exposed",
-        "accumulation_comm", "straggler", "fp32_reduction", "host_bound", "local_grad_clipping", "uneven_tokens"}
+        "accumulation_comm", "straggler", "fp32_reduction", "host_bound", "local_grad_clipping", "uneven_tokens",
+        "other_comm"}
     order = {"fail": 0, "warn": 1, "pass": 2, "n/a": 3}
     assert [order[f["status"]] for f in result["findings"]] == sorted(order[f["status"]] for f in result["findings"])
     for f in result["findings"]:

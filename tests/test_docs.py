@@ -41,7 +41,7 @@ def test_every_setting_is_in_the_readme():
 def test_every_rule_id_is_in_the_readme():
     from overlapscope.analyzer.checklist import RULES
 
-    assert len(RULES) == 16
+    assert len(RULES) == 17
     for rule_id in RULES:
         assert f"`{rule_id}`" in README, rule_id
 

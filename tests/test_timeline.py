@@ -48,7 +48,7 @@ def test_exposed_comm_is_comm_minus_compute(tmp_path):
     assert w1["exposed_ms"] == 0
     (piece,) = tl["exposed"]
     assert (piece["rank"], piece["start_ms"], piece["end_ms"]) == (0, pytest.approx(40 * US), pytest.approx(60 * US))
-    assert piece["lane"] == "r0 · stream 20"
+    assert piece["lane"] == "r0 · stream 20 (NCCL)"  # the stream running NCCL kernels says so
 
 
 def test_exposed_comm_matches_the_step_analysis(tmp_path):
@@ -76,7 +76,7 @@ def test_marks_carry_the_collective_attribution(tmp_path):
 def test_lanes_put_compute_first_and_ranks_filter(tmp_path):
     con, run_id = _load(tmp_path, _two_ranks())
     tl = timeline.timeline(con, run_id, step=1, ranks=[1])
-    assert [lane["lane"] for lane in tl["lanes"]] == ["r1 · stream 7", "r1 · stream 20"]
+    assert [lane["lane"] for lane in tl["lanes"]] == ["r1 · stream 7", "r1 · stream 20 (NCCL)"]
     assert {m["rank"] for m in tl["marks"]} == {1}
     assert tl["exposed"] == [] and not tl["aggregated"]
 
@@ -171,7 +171,9 @@ def test_real_runs_stay_within_the_budget(dashboard_db):
             for w in tl["windows"]:
                 assert 0 <= w["exposed_ms"] <= w["comm_ms"] + 1e-6
                 assert w["compute_ms"] <= w["window_ms"] + 1e-6
+            assert min(w["start_ms"] for w in tl["windows"]) == 0  # the earliest window starts the chart
             for m in tl["marks"] + tl["exposed"]:
-                window = next(w["window_ms"] for w in tl["windows"] if w["rank"] == m["rank"])
-                assert -1e-9 <= m["start_ms"] <= m["end_ms"] <= window + 1e-6
+                w = next(w for w in tl["windows"] if w["rank"] == m["rank"])  # its window, on the common clock
+                assert w["end_ms"] - w["start_ms"] == pytest.approx(w["window_ms"], abs=1e-6)
+                assert w["start_ms"] - 1e-9 <= m["start_ms"] <= m["end_ms"] <= w["end_ms"] + 1e-6
     con.close()

@@ -2,7 +2,8 @@
 
 Rules register themselves (``findings.rule``) in the modules below, one module per
 family: communication (``comm``), DDP buckets and accumulation (``ddp``), FSDP
-units (``fsdp``), the host and the ranks' work (``host``). Each reads a typed
+units (``fsdp``), the host and the ranks' work (``host``), ranks waiting for a late
+one (``straggler``). Fix texts fit the run (``setup``: backend, parallelism, device). Each reads a typed
 ``CheckContext``; docs/checklist.md says what each looks for and why.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from overlapscope.analyzer.checklist import comm, ddp, fsdp, host  # noqa: F401  (they register the rules)
+from overlapscope.analyzer.checklist import comm, ddp, fsdp, host, straggler  # noqa: F401  (they register the rules)
 from overlapscope.analyzer.checklist.context import CheckContext, build
 from overlapscope.analyzer.checklist.findings import RULES, STATUS_ORDER, THRESHOLDS, Finding
 from overlapscope.analyzer.predict.buckets import RunAnalysis

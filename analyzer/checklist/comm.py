@@ -1,15 +1,32 @@
-"""Checklist rules about communication: does it hide, how fast is it, who makes whom wait."""
+"""Checklist rules about communication: does it hide, how fast is it, in what precision,
+and the communication that belongs to no bucket or unit."""
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 
 from overlapscope.analyzer.checklist.context import CheckContext
-from overlapscope.analyzer.checklist.evidence import fmt_ms, per_step, worst_owners
+from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step, worst_owners
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
+from overlapscope.analyzer.checklist.setup import join, only_for, pick
 
 _VERDICT_STATUS = {"exposed": "fail", "marginal": "warn", "hidden": "pass"}
 _BACKWARD = {"backward_allgather", "reduce_scatter", "allreduce"}
+_GLOO = "On gloo (CPU) W is TCP over the host's network; for GPU training the figures of NCCL on the GPUs count."
+
+
+def _tokens_fix(ctx: CheckContext) -> str:
+    raise_t = "Raise the tokens per GPU per micro-batch (micro-batch size or sequence length) above F/W."
+    return join(raise_t, pick(
+        ctx.setup,
+        ddp="Or reduce gradients in bf16 (ddp.register_comm_hook(None, bf16_compress_hook)) to halve the bytes; "
+            "or get faster links.",
+        fsdp="Or shard within the node (HSDP) so the gathers and reduce-scatters run on faster links; gather "
+             "in bf16 (param_dtype=torch.bfloat16); or get faster links.",
+        hsdp="Or a smaller shard group (the GPUs of one NVLink domain) so fewer bytes cross slower links; "
+             "or get faster links.",
+        default="Or get faster links."), pick(ctx.setup, gloo=_GLOO, default=""))
 
 
 @rule("tokens_below_fw", "Tokens per micro-batch below F/W",
@@ -18,16 +35,47 @@ _BACKWARD = {"backward_allgather", "reduce_scatter", "allreduce"}
 def tokens_below_fw(ctx: CheckContext) -> Result:
     models = [m for m in ctx.model if m["verdict"]]
     if not models:
-        return na(ctx.model[0]["reason"] if ctx.model else "no steps in the trace")
+        return na(ctx.model[0]["reason"] if ctx.model else "no steps in the trace", _tokens_fix(ctx))
     m = models[0]
     per = "per micro-batch (ZeRO-3 gathers repeat in every micro-batch)" if m["stage"] == "zero3" else "per step"
+    w = f"W = {m['bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s"
+    if m["stage"] == "zero3":
+        w = f"W = {m['bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s (all-gather)"
+        if m.get("reduce_bus_bandwidth_bytes_per_s"):
+            w += f", {m['reduce_bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s (reduce-scatter)"
+        w += f" ({ctx.sources['bandwidth_source']}), {m['weight_bytes']:.0f}-byte weights"
+    else:
+        kind = ctx.sources.get("bandwidth_kind")
+        w += f" ({(kind.replace('_', '-') + ', ') if kind else ''}{ctx.sources['bandwidth_source']})"
     evidence = (f"T = {m['tokens']:.0f} tokens {per}; F = {m['flops_per_s'] / 1e12:.3g} TFLOP/s "
-                f"({ctx.sources['flops_source']}), W = {m['bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s "
-                f"({ctx.sources['bandwidth_source']}), {m['gpus']} GPUs, {m['grad_bytes']:.0f}-byte gradients "
+                f"({ctx.sources['flops_source']}), {w}, {m['gpus']} GPUs, {m['grad_bytes']:.0f}-byte gradients "
                 f"-> {m['tokens_to_hide']:.0f} tokens hide the {m['stage']} communication "
                 f"(comm/compute {m['comm_to_compute_ratio']:.2f})")
-    return Result(_VERDICT_STATUS[m["verdict"]], evidence,
+    return Result(_VERDICT_STATUS[m["verdict"]], evidence, fix=_tokens_fix(ctx),
                   details={"tokens": m["tokens"], "tokens_to_hide": m["tokens_to_hide"]})
+
+
+def _prefetch_fix(ctx: CheckContext) -> str:
+    return only_for(ctx.setup, "fsdp", join(pick(ctx.setup,
+                     fsdp2="Prefetch the next unit's all-gather during the current unit's forward: "
+                           "module.set_modules_to_forward_prefetch([next]).",
+                     fsdp1="Prefetch the next unit's all-gather: FullyShardedDataParallel(..., forward_prefetch=True).",
+                     default="Prefetch the next unit's all-gather during the current unit's forward: "
+                             "set_modules_to_forward_prefetch([next]) (FSDP2) or forward_prefetch=True (FSDP1)."),
+                pick(ctx.setup,
+                     gpu="Remove device-to-host syncs (.item(), prints) that stop the CPU from running ahead.",
+                     cpu="On CPU (gloo) the gathers run on gloo's threads, which need free cores to run beside "
+                         "compute (torch.set_num_threads below the cores per rank).")))
+
+
+def _comm_bound_fix(ctx: CheckContext) -> str:
+    return only_for(ctx.setup, "fsdp", join("The gathers take longer than the compute of the unit they hide behind:",
+                "raise the tokens per GPU per micro-batch above F/W (micro-batch size or sequence length);",
+                pick(ctx.setup,
+                     hsdp="shrink the shard group to the GPUs of one NVLink domain so gathers use faster links;",
+                     default="shard within the node (HSDP) so gathers use faster links;"),
+                "gather in bf16 (param_dtype=torch.bfloat16) if the weights are gathered in fp32; or get faster "
+                "links."))
 
 
 @rule("exposed_forward_allgather", "Forward all-gathers not hidden",
@@ -37,24 +85,47 @@ def tokens_below_fw(ctx: CheckContext) -> Result:
 def exposed_forward_allgather(ctx: CheckContext) -> Result:
     rows = [r for r in ctx.rows if r.kind == "fsdp_unit" and r.phase == "forward_allgather"]
     if not rows:
-        return na("no FSDP forward all-gathers in the trace")
+        return na("no FSDP forward all-gathers in the trace", _prefetch_fix(ctx))
     # The step's first gather cannot overlap anything: leave it out.
     groups = per_step(rows)
     later = [r for g in groups.values() for r in sorted(g, key=lambda r: r.offset_ms or 0)[1:]]
     if not later:
-        return Result("pass", "one forward all-gather per step (one unit)")
+        return Result("pass", "one forward all-gather per step (one unit)", fix=_prefetch_fix(ctx))
     exposed = sum(r.exposed_ms for r in later)
     comm = sum(r.comm_ms for r in later)
     hidden_share = 1 - exposed / comm if comm else 1.0
     per_step_ms = exposed / len(groups)
     share = per_step_ms / ctx.mean_step_ms()
+    status = grade(share, "exposed_fail", "exposed_warn")
     evidence = (f"{fmt_ms(per_step_ms)} per step of forward all-gathers exposed after the first unit "
                 f"({100 * (1 - hidden_share):.0f}% of their {fmt_ms(comm / len(groups))}, "
                 f"{100 * share:.1f}% of the step); most exposed: {worst_owners(later)}")
-    status = "pass"
     if hidden_share < t("forward_gather_hidden"):
-        status = grade(share, "exposed_fail", "exposed_warn")
-    return Result(status, evidence, impact_ms=per_step_ms)
+        if status != "pass":
+            evidence += ": under half hidden, prefetch is not working"
+        return Result(status, evidence, impact_ms=per_step_ms, fix=_prefetch_fix(ctx))
+    if status != "pass":
+        # prefetch works (most of each gather hides) and still the step waits: comm-bound
+        evidence += (f": prefetch works ({100 * hidden_share:.0f}% hidden), but the gathers take longer than the "
+                     f"compute they hide behind (comm-bound forward)")
+    return Result(status, evidence, impact_ms=per_step_ms, fix=_comm_bound_fix(ctx))
+
+
+def _backward_fix(ctx: CheckContext) -> str:
+    return join(pick(
+        ctx.setup,
+        ddp_nccl="Let the backward hide its all-reduces: smaller first buckets (first_bucket_bytes_cap), "
+                 "static_graph=True, and a high-priority NCCL stream (TORCH_NCCL_HIGH_PRIORITY=1).",
+        ddp="Let the backward hide its all-reduces: smaller first buckets (first_bucket_bytes_cap) and "
+            "static_graph=True.",
+        fsdp2="Keep backward prefetch on (set_modules_to_backward_prefetch for more than one unit ahead) and give "
+              "reduce-scatters their own process group if they queue behind all-gathers.",
+        fsdp1="Keep backward prefetch on (backward_prefetch=BackwardPrefetch.BACKWARD_PRE) and give "
+              "reduce-scatters their own process group if they queue behind all-gathers.",
+        default="Keep backward prefetch on (FSDP) or use smaller first buckets and static_graph=True (DDP)."),
+        pick(ctx.setup, nccl="Unset CUDA_DEVICE_MAX_CONNECTIONS=1 if set: it serializes NCCL kernels behind compute.",
+             gloo="gloo runs collectives on its own CPU threads: leave them cores (torch.set_num_threads below "
+                  "the cores per rank).", default=""))
 
 
 @rule("exposed_backward_comm", "Backward communication exposed beyond the last collective",
@@ -65,7 +136,7 @@ def exposed_forward_allgather(ctx: CheckContext) -> Result:
 def exposed_backward_comm(ctx: CheckContext) -> Result:
     rows = [r for r in ctx.rows if r.kind in ("fsdp_unit", "ddp_bucket") and r.phase in _BACKWARD]
     if not rows:
-        return na("no backward collectives of buckets or units")
+        return na("no backward collectives of buckets or units", _backward_fix(ctx))
     groups = per_step(rows)
     beyond = []
     for g in groups.values():
@@ -75,75 +146,151 @@ def exposed_backward_comm(ctx: CheckContext) -> Result:
     share = per_step_ms / ctx.mean_step_ms()
     evidence = (f"{fmt_ms(per_step_ms)} per step of backward comm exposed besides the last collective "
                 f"({100 * share:.1f}% of the step); most exposed: {worst_owners(beyond)}")
-    return Result(grade(share, "exposed_fail", "exposed_warn"), evidence, impact_ms=per_step_ms)
+    return Result(grade(share, "exposed_fail", "exposed_warn"), evidence, impact_ms=per_step_ms,
+                  fix=_backward_fix(ctx))
+
+
+def _bandwidth_fix(ctx: CheckContext) -> str:
+    return pick(ctx.setup,
+                nccl="Check the transport NCCL picked (NCCL_DEBUG=INFO: IB/RoCE vs sockets, NVLS), NIC and GPU "
+                     "affinity, and contention from other jobs; compare with nccl-tests on the same nodes.",
+                gloo="gloo runs over TCP: check that GLOO_SOCKET_IFNAME names the fastest interface, that gloo's "
+                     "threads get free cores, and contention from other processes; on GPUs use NCCL.",
+                default="Check the transport the backend uses, the network interface and contention from other "
+                        "jobs; compare with a collective benchmark on the same nodes.")
 
 
 @rule("low_bus_bandwidth", "Bus bandwidth far below the calibration",
       "Check the transport NCCL picked (NCCL_DEBUG=INFO: IB/RoCE vs sockets, NVLS), NIC and GPU "
       "affinity, and contention from other jobs; compare with nccl-tests on the same nodes.")
 def low_bus_bandwidth(ctx: CheckContext) -> Result:
-    src = ctx.sources
-    measured, calibrated = src["bus_bandwidth_bytes_per_s_trace"], src["bus_bandwidth_bytes_per_s_calibration"]
+    """Each collective kind against its own calibration (kinds differ: on gloo by 4x)."""
+    fix = _bandwidth_fix(ctx)
+    by_kind = ctx.sources.get("bus_bandwidth_by_kind") or {}
+    measured = {k: v["trace_bytes_per_s"] for k, v in by_kind.items() if v["trace_bytes_per_s"]}
     if not measured:
-        return na("no sized collectives to measure bus bandwidth on")
-    if not calibrated:
-        return na(f"measured {measured / 1e9:.3g} GB/s on the large collectives; no calibration to compare "
-                  f"with (run the tracer with calibration on)")
-    ratio = measured / calibrated
-    evidence = (f"large collectives reach {measured / 1e9:.3g} GB/s bus bandwidth, {100 * ratio:.0f}% of the "
-                f"{calibrated / 1e9:.3g} GB/s calibrated on this process group")
-    return Result(grade(ratio, "busbw_fail", "busbw_warn", lower_is_worse=True), evidence, details={"ratio": ratio})
-
-
-@rule("straggler", "A straggler rank makes the others wait in collectives",
-      "Find what the late rank does before the collective (data loading, uneven sequence lengths, "
-      "a slower device or host, extra work on rank 0): use loader workers and pinned memory, balance "
-      "tokens across ranks.")
-def straggler(ctx: CheckContext) -> Result:
-    rows = ctx.rows
-    if len({r.rank for r in rows}) < 2:
-        return na("needs the traces of at least two ranks")
-    best: dict = defaultdict(lambda: float("inf"))
-    for r in rows:
-        key = ctx.instances[(r.rank, r.event_id)]
-        best[key] = min(best[key], r.comm_ms)
-    wait: dict[int, float] = defaultdict(float)  # per rank: time in collectives beyond the transfer itself
-    for r in rows:
-        wait[r.rank] += r.comm_ms - best[ctx.instances[(r.rank, r.event_id)]]
-    steps = len(ctx.steps) or 1
-    per_rank = {k: v / steps for k, v in wait.items()}
-    late = min(per_rank, key=per_rank.get)
-    spread = max(per_rank.values()) - per_rank[late]
-    share = spread / ctx.mean_step_ms()
-    waits = ", ".join(f"rank {k} {fmt_ms(v)}" for k, v in sorted(per_rank.items()))
-    evidence = (f"waiting inside collectives per step: {waits}; rank {late} waits least, so the others wait "
-                f"for it: up to {fmt_ms(spread)} per step ({100 * share:.1f}% of the step)")
-    return Result(grade(share, "straggler_fail", "straggler_warn"), evidence, impact_ms=spread,
-                  details={"late_rank": late})
+        return na("no sized collectives to measure bus bandwidth on (no sizes in the kernels' args or in the "
+                  "launch ranges' Input Dims)", fix)
+    overall = ctx.sources["bus_bandwidth_bytes_per_s_calibration"]
+    pairs = {k: (w, by_kind[k]["calibration_bytes_per_s"]) for k, w in measured.items()}
+    if not any(c for _, c in pairs.values()) and overall:
+        # an older calibration without per-kind figures: its one W for every kind, said so
+        pairs = {k: (w, overall) for k, w in measured.items()}
+    compared = {k: (w, c, w / c) for k, (w, c) in pairs.items() if c}
+    if not compared:
+        listed = ", ".join(f"{k} {w / 1e9:.3g} GB/s" for k, w in sorted(measured.items()))
+        return na(f"measured {listed} on the large collectives; no calibration of these kinds to compare with "
+                  f"(run the tracer with calibration on)", fix)
+    worst = min(compared, key=lambda k: compared[k][2])
+    ratio = compared[worst][2]
+    parts = "; ".join(f"{k}: {w / 1e9:.3g} GB/s, {100 * r:.0f}% of the {c / 1e9:.3g} GB/s calibrated"
+                      for k, (w, c, r) in sorted(compared.items()))
+    uncompared = sorted(set(measured) - set(compared))
+    evidence = (f"large collectives' bus bandwidth per kind against the calibration of the same kind on this "
+                f"process group: {parts}" + (f" (no calibration for {', '.join(uncompared)})" if uncompared else ""))
+    return Result(grade(ratio, "busbw_fail", "busbw_warn", lower_is_worse=True), evidence, fix=fix,
+                  details={"ratio": ratio, "kind": worst})
 
 
 _FP32 = ("float", "float32")
 _HALF = ("bfloat16", "half", "float16", "c10::bfloat16")
 
 
+def _fp32_fix(ctx: CheckContext) -> str:
+    return pick(ctx.setup,
+                ddp="Reduce gradients in bf16 where numerics allow: ddp.register_comm_hook(None, bf16_compress_hook).",
+                fsdp2="Reduce gradients in bf16 where numerics allow: "
+                      "fully_shard(..., mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)).",
+                fsdp1="Reduce gradients in bf16 where numerics allow: "
+                      "FullyShardedDataParallel(..., mixed_precision=MixedPrecision(reduce_dtype=torch.bfloat16)).",
+                default="Reduce gradients in bf16 where numerics allow: MixedPrecisionPolicy(reduce_dtype="
+                        "torch.bfloat16) for FSDP2, a bf16 compress hook for DDP.")
+
+
 @rule("fp32_reduction", "Gradients reduced in fp32 (twice the bytes)",
       "Reduce gradients in bf16 where numerics allow: MixedPrecisionPolicy(reduce_dtype=torch.bfloat16) "
       "for FSDP2, a bf16 compress hook for DDP (ddp.register_comm_hook(None, bf16_compress_hook)).")
 def fp32_reduction(ctx: CheckContext) -> Result:
+    fix = _fp32_fix(ctx)
     reduce_rows = [r for r in ctx.rows if r.phase in ("reduce_scatter", "allreduce") and r.dtype]
     if not reduce_rows:
-        return na("no gradient reductions with a dtype in the trace")
+        return na("no gradient reductions with a dtype in the trace", fix)
     dtypes = sorted({str(r.dtype) for r in reduce_rows})
     fp32 = [d for d in dtypes if d.lower() in _FP32]
     gathers = sorted({str(r.dtype) for r in ctx.rows if r.phase.endswith("allgather") and r.dtype})
     param = (ctx.manifest.param_dtype or "").replace("torch.", "")
     if not fp32:
-        return Result("pass", f"gradients reduced in {', '.join(dtypes)}")
+        return Result("pass", f"gradients reduced in {', '.join(dtypes)}", fix=fix)
     nbytes = sum(r.bytes or 0 for r in reduce_rows) / (len(per_step(reduce_rows)) or 1)
     low_precision = any(d.lower() in _HALF for d in gathers) or param in ("bfloat16", "float16")
     evidence = (f"reductions in {', '.join(dtypes)} ({nbytes / 1e6:.3g} MB per step and rank)"
                 + (f" while parameters are gathered in {', '.join(gathers)}" if gathers else "")
                 + (f"; param_dtype {param}" if param else ""))
     if low_precision:
-        return Result("fail", evidence + ": twice the bytes of a bf16 reduction")
-    return Result("warn", evidence + ": training is fp32 throughout; a bf16 reduction would halve these bytes")
+        return Result("fail", evidence + ": twice the bytes of a bf16 reduction", fix=fix)
+    return Result("warn", evidence + ": training is fp32 throughout; a bf16 reduction would halve these bytes",
+                  fix=fix)
+
+
+# What each kind of "other" communication usually is, and what to look at.
+_OTHER_HINTS = {
+    "all_to_all": "all-to-all: an embedding exchange (DLRM's sharded embeddings, MoE token dispatch): overlap it "
+                  "with dense compute (pipelined embedding lookups), shrink it (lower-precision embeddings, fewer "
+                  "tokens per expert) or balance the splits across ranks",
+    "send_recv": "send/recv: pipeline-parallel activations; their exposed time is the pipeline bubble: more "
+                 "micro-batches per step or an interleaved schedule",
+    "broadcast": "broadcast: DDP re-sends its buffers every forward with broadcast_buffers=True (set it False if "
+                 "the buffers need no sync); a parameter broadcast belongs at start-up, not in the step",
+    "all_reduce": "all-reduces outside the buckets: a loss, metric or gradient-norm all-reduce per step: log "
+                  "every N steps, batch scalars into one tensor, avoid .item() right after it",
+    "all_gather": "all-gathers outside FSDP units: metrics or data gathered every step: do it every N steps",
+    "reduce_scatter": "reduce-scatters outside FSDP units: a custom sharded optimizer or ZeRO-1/2: overlap it "
+                      "with the backward",
+    "barrier": "barriers in the step: remove them; each waits for the slowest rank",
+}
+_OTHER_DEFAULT = "collectives outside buckets and units: see what launches them on the Timeline"
+
+
+def _other_kind(r) -> str:
+    return r.collective or r.phase or "unknown"
+
+
+@rule("other_comm", "Other communication: all-to-all, send/recv, broadcast, all-reduces outside buckets",
+      "Look at what launches the collectives that belong to no DDP bucket or FSDP unit: embedding exchanges "
+      "(all-to-all), pipeline bubbles (send/recv), buffer broadcasts, metric all-reduces.")
+def other_comm(ctx: CheckContext) -> Result:
+    rows = [r for r in ctx.rows if r.kind == "other"]
+    in_steps = [r for r in rows if r.step is not None]
+    owners = pick(ctx.setup, ddp="DDP buckets", fsdp="FSDP units", default="DDP buckets and FSDP units")
+    nothing = f"Nothing to do: the step's communication belongs to the {owners}."
+    if not rows:
+        return Result("pass", f"no communication outside the {owners}", fix=nothing)
+    rank_steps = len(ctx.steps)
+    if not in_steps or not rank_steps:
+        kinds = ", ".join(sorted({_other_kind(r) for r in rows}))
+        return Result("pass", f"{len(rows)} collectives outside the {owners} ({kinds}), none inside a "
+                              f"profiled step", fix=nothing)
+    by_kind: dict[str, list] = defaultdict(list)
+    for r in in_steps:
+        by_kind[_other_kind(r)].append(r)
+    mean_step = ctx.mean_step_ms()
+    exposed = {k: sum(r.exposed_ms for r in v) / rank_steps for k, v in by_kind.items()}
+    order = sorted(by_kind, key=lambda k: -exposed[k])
+    parts = []
+    for k in order:
+        v = by_kind[k]
+        sizes = [r.bytes for r in v if r.bytes]
+        comm = sum(r.comm_ms for r in v) / rank_steps
+        parts.append(f"{k}: {len(v) / rank_steps:.3g} per step"
+                     + (f", median {fmt_bytes(statistics.median(sizes))}" if sizes else ", sizes unknown")
+                     + f", {fmt_ms(comm)} comm, {fmt_ms(exposed[k])} exposed per step "
+                     f"({100 * exposed[k] / mean_step:.1f}% of the step)")
+    total = sum(exposed.values())
+    share = total / mean_step
+    outside = len(rows) - len(in_steps)
+    evidence = (f"outside the {owners}: " + "; ".join(parts)
+                + (f" ({outside} more outside the profiled steps)" if outside else ""))
+    fix = "Look at: " + "; ".join(_OTHER_HINTS.get(k, _OTHER_DEFAULT) for k in order) + "."
+    return Result(grade(share, "exposed_fail", "exposed_warn"), evidence, impact_ms=total, fix=fix,
+                  details={"kinds": [{"collective": k, "per_step": round(len(by_kind[k]) / rank_steps, 4),
+                                      "exposed_ms": round(exposed[k], 6)} for k in order]})

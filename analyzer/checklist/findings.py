@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from overlapscope.analyzer.measure.idle import LAUNCH_GAP_US
+
 STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "n/a": 3}
 SEVERITY = {"fail": 3, "warn": 2, "pass": 0, "n/a": 0}
 
@@ -51,7 +53,7 @@ THRESHOLDS: dict[str, Threshold] = {
     "host_idle_fail": Threshold(0.20, "the device idle a fifth of the step waiting for launches: overlap "
                                       "cannot help until the host keeps up"),
     "host_idle_warn": Threshold(0.10, "10% launch-bound idle is visible in step time"),
-    "launch_gap_us": Threshold(20.0, "a kernel that starts within 20 us of its launch after an idle gap was "
+    "launch_gap_us": Threshold(LAUNCH_GAP_US, "a kernel that starts within 20 us of its launch after an idle gap was "
                                      "waiting for the host, not for other work"),
     "uneven_work": Threshold(0.05, "matmul FLOPs per step differing by over 5% between ranks means they "
                                    "processed different numbers of tokens"),

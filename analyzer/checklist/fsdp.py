@@ -8,6 +8,7 @@ from collections import defaultdict
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step
 from overlapscope.analyzer.checklist.findings import Result, na, rule, t
+from overlapscope.analyzer.checklist.setup import only_for, pick
 from overlapscope.analyzer.measure.collectives import Collective
 
 
@@ -26,17 +27,38 @@ def _unit_bytes(ctx: CheckContext) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in sizes.items()}
 
 
+def _wrap_fix(ctx: CheckContext) -> str:
+    return only_for(ctx.setup, "fsdp", pick(ctx.setup,
+                fsdp2="fully_shard each transformer block first, then the root (one unit per block).",
+                fsdp1="Wrap each transformer block: FullyShardedDataParallel(model, auto_wrap_policy="
+                      "ModuleWrapPolicy({Block})) (one unit per block).",
+                default="Shard each transformer block as its own unit, then the root: fully_shard per block "
+                        "(FSDP2) or auto_wrap_policy=ModuleWrapPolicy({Block}) (FSDP1)."))
+
+
+def _unit_names(ctx: CheckContext) -> set[str]:
+    """The run's units: the manifest's, else the ids of the forward all-gathers."""
+    if ctx.manifest.units:
+        return {u.name for u in ctx.manifest.units}
+    return {r.id for r in _units(ctx) if r.phase == "forward_allgather"}
+
+
 @rule("root_only_wrap", "FSDP wraps only the root",
       "fully_shard each transformer block first, then the root (one unit per block).")
 def root_only_wrap(ctx: CheckContext) -> Result:
+    fix = _wrap_fix(ctx)
     if ctx.stage != "zero3":
-        return na("not an FSDP run")
-    sizes = _unit_bytes(ctx)
-    if len(sizes) == 1:
-        (name, nbytes), = sizes.items()
-        return Result("fail", f"one unit ({name or '<root>'}, {fmt_bytes(nbytes)}): the whole model is gathered at "
-                              f"once and no all-gather overlaps compute")
-    return Result("pass", f"{len(sizes)} units")
+        return na("not an FSDP run", fix)
+    names = _unit_names(ctx)
+    if not names:
+        return na("no units: no manifest units and no forward all-gathers in the trace", fix)
+    if len(names) == 1:
+        name = next(iter(names))
+        nbytes = _unit_bytes(ctx).get(name)
+        size = f", {fmt_bytes(nbytes)}" if nbytes else ""
+        return Result("fail", f"one unit ({name or '<root>'}{size}): the whole model is gathered at "
+                              f"once and no all-gather overlaps compute", fix=fix)
+    return Result("pass", f"{len(names)} units", fix=fix)
 
 
 @rule("unit_size", "Unit size: latency-bound small units or one oversized unit",
@@ -44,9 +66,21 @@ def root_only_wrap(ctx: CheckContext) -> Result:
       "(latency-bound collectives), split oversized units so their gathers overlap and fewer full "
       "weights sit in memory at once.")
 def unit_size(ctx: CheckContext) -> Result:
+    fix = pick(ctx.setup,
+               fsdp2="Wrap at the granularity of a transformer block: group tiny modules into one fully_shard call "
+                     "(latency-bound collectives), split oversized units so their gathers overlap and fewer full "
+                     "weights sit in memory at once.",
+               fsdp1="Wrap at the granularity of a transformer block (auto_wrap_policy=ModuleWrapPolicy({Block})): "
+                     "no tiny units (latency-bound collectives), no oversized ones.",
+               default="Wrap at the granularity of a transformer block: no tiny units (latency-bound "
+                       "collectives), no oversized ones.")
+    fix = only_for(ctx.setup, "fsdp", fix)
     rows = _units(ctx)
     if not rows:
-        return na("no FSDP units (DDP buckets: see ddp_bucket_size)")
+        return na("no FSDP units (DDP buckets: see ddp_bucket_size)", fix)
+    if not _unit_bytes(ctx):
+        return na(f"{len(_unit_names(ctx))} units but no unit sizes (no manifest units, no sizes on the forward "
+                  f"all-gathers)", fix)
     w = ctx.sources["bus_bandwidth_bytes_per_s_trace"]
     slow = [r for r in rows if r.busbw_gbps is not None and w and r.busbw_gbps * 1e9 < t("latency_busbw") * w]
     steps = len(per_step(rows)) or 1
@@ -61,34 +95,47 @@ def unit_size(ctx: CheckContext) -> Result:
     if slow_per_step >= t("latency_count"):
         exposed = sum(r.exposed_ms for r in slow) / steps
         status = "fail" if exposed / ctx.mean_step_ms() >= t("exposed_fail") else "warn"
-        return Result(status, evidence + ": many latency-bound collectives", impact_ms=exposed)
+        return Result(status, evidence + ": many latency-bound collectives", impact_ms=exposed, fix=fix)
     if len(sizes) > 2 and share >= t("large_share"):
-        return Result("warn", evidence + ": one unit dominates")
-    return Result("pass", evidence)
+        return Result("warn", evidence + ": one unit dominates", fix=fix)
+    return Result("pass", evidence, fix=fix)
 
 
 def _device_memory(ctx: CheckContext) -> float | None:
     return ctx.analysis.info.device_memory_bytes()[0]
 
 
-_KEEP_GATHERED = ("Set reshard_after_forward=False on the units whose backward all-gather is exposed (the last "
-                  "units first): one all-gather fewer per unit and step, at the cost of keeping them gathered.")
-_RESHARD = "Set reshard_after_forward=True (or an int, the intra-node size) to free the gathered weights."
+def _keep_gathered(ctx: CheckContext) -> str:
+    return only_for(ctx.setup, "fsdp", pick(ctx.setup,
+                fsdp2="Set reshard_after_forward=False on the units whose backward all-gather is exposed (the last "
+                      "units first): one all-gather fewer per unit and step, at the cost of keeping them gathered.",
+                fsdp1="Use sharding_strategy=ShardingStrategy.SHARD_GRAD_OP (no reshard after forward): one "
+                      "all-gather fewer per unit and step, at the cost of keeping the weights gathered.",
+                default="Keep the units gathered between forward and backward (FSDP2 reshard_after_forward=False, "
+                        "FSDP1 SHARD_GRAD_OP): one all-gather fewer per unit and step."))
+
+
+def _reshard(ctx: CheckContext) -> str:
+    return only_for(ctx.setup, "fsdp", pick(ctx.setup,
+                fsdp2="Set reshard_after_forward=True (or an int, the intra-node size) to free the gathered weights.",
+                fsdp1="Use sharding_strategy=ShardingStrategy.FULL_SHARD to free the gathered weights after forward.",
+                default="Reshard after forward (FSDP2 reshard_after_forward=True, FSDP1 FULL_SHARD) to free the "
+                        "gathered weights."))
 
 
 @rule("reshard_after_forward", "reshard_after_forward against the memory headroom", "Nothing to do.")
 def reshard_after_forward(ctx: CheckContext) -> Result:
     rows = _units(ctx)
     if not rows:
-        return na("not an FSDP run")
+        return na("not an FSDP run", only_for(ctx.setup, "fsdp", _keep_gathered(ctx)))
     peaks = [m["peak_allocated_bytes"] for m in ctx.memory if m["peak_allocated_bytes"]]
     device = _device_memory(ctx)
     back = [r for r in rows if r.phase == "backward_allgather"]
     steps = len(per_step(rows)) or 1
     back_comm, back_exposed = sum(r.comm_ms for r in back) / steps, sum(r.exposed_ms for r in back) / steps
     if not peaks or not device:
-        return na("no memory events or device memory in the trace (profile_memory=True records them)",
-                  "Profile with profile_memory=True to judge the headroom.")
+        missing = "memory events (profile_memory=True records them)" if not peaks else "the device memory"
+        return na(f"no {missing} in the trace", "Profile with profile_memory=True to judge the headroom.")
     peak = max(peaks)
     full = sum(_unit_bytes(ctx).values())
     if back:
@@ -98,12 +145,24 @@ def reshard_after_forward(ctx: CheckContext) -> Result:
         if peak + full <= t("memory_headroom") * device and back_exposed > 0:
             share = back_exposed / ctx.mean_step_ms()
             status = "fail" if share >= t("exposed_fail") else "warn"
-            return Result(status, evidence + ": the headroom allows it", impact_ms=back_exposed, fix=_KEEP_GATHERED)
-        return Result("pass", evidence, fix=_KEEP_GATHERED)
+            return Result(status, evidence + ": the headroom allows it", impact_ms=back_exposed, fix=_keep_gathered(ctx))
+        return Result("pass", evidence, fix=_keep_gathered(ctx))
     evidence = f"no backward all-gathers (reshard_after_forward=False); peak {fmt_bytes(peak)} of {fmt_bytes(device)}"
     if peak >= t("memory_pressure") * device:
-        return Result("warn", evidence + ": under memory pressure", fix=_RESHARD)
-    return Result("pass", evidence, fix=_RESHARD)
+        return Result("warn", evidence + ": under memory pressure", fix=_reshard(ctx))
+    return Result("pass", evidence, fix=_reshard(ctx))
+
+
+def _hsdp_fix(ctx: CheckContext) -> str:
+    return only_for(ctx.setup, "fsdp", pick(ctx.setup,
+                fsdp2="Shard within a node and replicate across nodes: fully_shard(..., mesh=init_device_mesh(..., "
+                      "(nodes, gpus_per_node))) (HSDP) or reshard_after_forward=<gpus per node>, so the all-gathers "
+                      "and reduce-scatters stay on NVLink and only a gradient all-reduce crosses the network.",
+                fsdp1="Shard within a node and replicate across nodes: sharding_strategy=ShardingStrategy."
+                      "HYBRID_SHARD, so the all-gathers and reduce-scatters stay inside the node and only a "
+                      "gradient all-reduce crosses the network.",
+                default="Shard within a node and replicate across nodes (HSDP: a 2-D mesh with FSDP2, HYBRID_SHARD "
+                        "with FSDP1)."))
 
 
 @rule("hsdp_candidate", "Flat sharding across nodes (HSDP candidate)",
@@ -111,19 +170,21 @@ def reshard_after_forward(ctx: CheckContext) -> Result:
       "(nodes, gpus_per_node))) (HSDP) or reshard_after_forward=<gpus per node>, so the all-gathers and "
       "reduce-scatters stay on NVLink and only a gradient all-reduce crosses the network.")
 def hsdp_candidate(ctx: CheckContext) -> Result:
+    fix = _hsdp_fix(ctx)
     if ctx.stage != "zero3":
-        return na("not an FSDP run")
+        return na("not an FSDP run", fix)
     if ctx.manifest.parallelism == "hsdp":
-        return Result("pass", "already HSDP (2-D mesh)")
+        return Result("pass", "already HSDP (2-D mesh)", fix=fix)
     hosts = {r["hostname"] for r in ctx.ranks if r["hostname"]} or {h for h in ctx.manifest.hostnames if h}
     if not hosts:
-        return na("the traces name no hosts")
+        return na("the traces name no hosts (no host_name in the traces, no hostnames in the manifest)", fix)
     if len(hosts) == 1:
-        return Result("pass", f"all ranks on one host ({next(iter(hosts))})")
+        return Result("pass", f"all ranks on one host ({next(iter(hosts))})", fix=fix)
     rows = [r for r in _units(ctx) if r.phase in ("forward_allgather", "backward_allgather", "reduce_scatter")]
     steps = len(per_step(rows)) or 1
     exposed = sum(r.exposed_ms for r in rows) / steps
     share = exposed / ctx.mean_step_ms()
     status = "fail" if share >= t("exposed_fail") else "warn"
     return Result(status, f"FSDP over {len(hosts)} hosts: gathers and reduce-scatters cross the network, "
-                          f"{fmt_ms(exposed)} per step exposed ({100 * share:.1f}% of the step)", impact_ms=exposed)
+                          f"{fmt_ms(exposed)} per step exposed ({100 * share:.1f}% of the step)", impact_ms=exposed,
+                  fix=fix)

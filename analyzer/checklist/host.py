@@ -8,6 +8,7 @@ from collections import defaultdict
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import fmt_ms
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
+from overlapscope.analyzer.checklist.setup import only_for, pick
 from overlapscope.analyzer.units import NS_PER_MS
 
 
@@ -38,18 +39,30 @@ def host_bound(ctx: CheckContext) -> Result:
       "With sharded gradients the norm must be all-reduced: use the FSDP-aware "
       "torch.nn.utils.clip_grad_norm_ on DTensor gradients (FSDP2) or model.clip_grad_norm_ (FSDP1).")
 def local_grad_clipping(ctx: CheckContext) -> Result:
+    fix = pick(ctx.setup,
+               fsdp2="With sharded gradients the norm must be all-reduced: use torch.nn.utils.clip_grad_norm_ on "
+                     "the DTensor gradients (it all-reduces the norm), not a per-shard norm.",
+               fsdp1="With sharded gradients the norm must be all-reduced: use model.clip_grad_norm_ (FSDP1's own), "
+                     "not torch.nn.utils.clip_grad_norm_ on the local shards.",
+               default="With sharded gradients the norm must be all-reduced: use the FSDP-aware "
+                       "torch.nn.utils.clip_grad_norm_ on DTensor gradients (FSDP2) or model.clip_grad_norm_ (FSDP1).")
+    fix = only_for(ctx.setup, "fsdp", fix)
     if ctx.stage not in ("zero3",):
-        return na("gradients are not sharded (not FSDP)")
+        return na("gradients are not sharded (not FSDP)", fix)
     norms = {(r["rank"], r["step"]) for r in ctx.norms}
     if not norms:
-        return Result("pass", "no gradient-norm ops in the profiled steps")
-    small_allreduce = {(r.rank, r.step) for r in ctx.rows if r.collective == "all_reduce" and (r.bytes or 0) <= 64}
+        return Result("pass", "no gradient-norm ops in the profiled steps", fix=fix)
+    all_reduces = [r for r in ctx.rows if r.collective == "all_reduce" and r.step is not None]
+    if all_reduces and not any(r.bytes for r in all_reduces):
+        return na("gradient-norm ops and all-reduces, but no all-reduce sizes to find the norm's scalar among "
+                  "them", fix)
+    small_allreduce = {(r.rank, r.step) for r in all_reduces if r.bytes and r.bytes <= 64}
     local = sorted(norms - small_allreduce)
     if not local:
-        return Result("pass", "norm ops are followed by an all-reduce of the norm")
+        return Result("pass", "norm ops are followed by an all-reduce of the norm", fix=fix)
     where = ", ".join(f"rank {r} step {s}" for r, s in local[:4])
     return Result("warn", f"gradient-norm ops without an all-reduce of the norm in the same step ({where}): each "
-                          f"rank clips by the norm of its own shard")
+                          f"rank clips by the norm of its own shard", fix=fix)
 
 
 @rule("uneven_tokens", "Uneven work between ranks (token counts)",

@@ -211,8 +211,8 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
     host_rows = np.flatnonzero(~is_device_cat & np.isin(kind, host_kinds))
     device_rows = np.flatnonzero(is_device_cat)
     if detail == "overlap":
-        named = _fill_args_overlap(fr.args_json, device_rows, host_rows, cols, kind)
-        coll = None
+        coll = _fill_args_overlap(fr.args_json, device_rows, host_rows, cols, kind, names, name_codes)
+        named = np.array(coll["event_id"], dtype=np.int64)
     else:
         coll = _fill_args(fr.args_json, device_rows, host_rows, cols, kind, names, name_codes)
         named = np.array(coll["event_id"], dtype=np.int64)
@@ -254,7 +254,7 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
         meta=meta,
         events=events,
         tracks=tracks["table"],
-        collectives=_collectives_table(coll if coll is not None else _NO_COLLECTIVES),
+        collectives=_collectives_table(coll),
         flows=_flows_table(fr.flows, track_keys),
         memory=_memory_table(fr.args_json, np.flatnonzero(is_memory), ts_ns, track_codes),
         roles=_roles_table(names, name_codes, kind, detail),
@@ -262,49 +262,62 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
     )
 
 
-def _fill_args_overlap(args_json, device_rows, host_rows, cols: _Columns, kind) -> np.ndarray:
-    """The overlap detail's args: correlation ids and whether a kernel names a collective.
+_COLL_FIELDS = ("event_id", "collective", "in_elems", "out_elems", "group_size", "dtype",
+                "pg_name", "pg_desc", "pg_ranks", "elements", "min_elements")
 
-    Returns the device rows whose args carry "Collective name".
-    """
-    named = np.zeros(0, dtype=np.int64)
+
+class _CollectiveRows:
+    """Collective rows of one file (the ``collectives`` table), one per collective event."""
+
+    def __init__(self):
+        self.rows = {k: [] for k in _COLL_FIELDS}
+
+    def add(self, i, a, collective, sizes=(NULL, NULL)):
+        rows = self.rows
+        rows["event_id"].append(i)
+        rows["collective"].append(collective)
+        rows["in_elems"].append(a.in_elems)
+        rows["out_elems"].append(a.out_elems)
+        rows["group_size"].append(a.group_size)
+        rows["dtype"].append(a.dtype)
+        rows["pg_name"].append(a.pg_name)
+        rows["pg_desc"].append(a.pg_desc)
+        rows["pg_ranks"].append(bytes(a.pg_ranks).decode() if len(a.pg_ranks) else None)
+        rows["elements"].append(sizes[0])
+        rows["min_elements"].append(sizes[1])
+
+    def add_kernels(self, device_rows, dargs, kind, names, name_codes) -> None:
+        """Collective kernels (and any kernel naming a collective): one Python step per collective."""
+        named = np.fromiter((a.collective is not None for a in dargs), dtype=bool, count=len(dargs))
+        for j in np.flatnonzero(named | (kind[device_rows] == KIND_CODE["comm"])).tolist():
+            i, a = int(device_rows[j]), dargs[j]
+            self.add(i, a, a.collective or classify.kernel_collective(names[name_codes[i]]))
+
+
+def _fill_args_overlap(args_json, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
+    """The overlap detail's args: correlation ids, and the collective kernels' rows (kind,
+    group, sizes: what matches one collective across ranks for the clock and the waits)."""
+    coll = _CollectiveRows()
     if len(device_rows):
         dargs = DEVICE_ARGS_DECODER.decode(args_json(device_rows))
         cols.correlation[device_rows] = col.optional_ints(list(map(attrgetter("correlation"), dargs)))
-        has = np.fromiter((a.collective is not None for a in dargs), dtype=bool, count=len(dargs))
-        named = device_rows[has]
+        coll.add_kernels(device_rows, dargs, kind, names, name_codes)
     runtime = host_rows[kind[host_rows] == KIND_CODE["runtime"]]
     if len(runtime):
         rargs = CORRELATION_DECODER.decode(args_json(runtime))
         cols.correlation[runtime] = col.optional_ints(list(map(attrgetter("correlation"), rargs)))
-    return named
+    return coll.rows
 
 
 def _fill_args(args_json, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
     """Decode the args of device and host events by class; return collective rows."""
-    coll = {k: [] for k in ("event_id", "collective", "in_elems", "out_elems", "group_size", "dtype",
-                            "pg_name", "pg_desc", "pg_ranks", "elements", "min_elements")}
-
-    def add_coll(i, a, collective, sizes=(NULL, NULL)):
-        coll["event_id"].append(i)
-        coll["collective"].append(collective)
-        coll["in_elems"].append(a.in_elems)
-        coll["out_elems"].append(a.out_elems)
-        coll["group_size"].append(a.group_size)
-        coll["dtype"].append(a.dtype)
-        coll["pg_name"].append(a.pg_name)
-        coll["pg_desc"].append(a.pg_desc)
-        coll["pg_ranks"].append(bytes(a.pg_ranks).decode() if len(a.pg_ranks) else None)
-        coll["elements"].append(sizes[0])
-        coll["min_elements"].append(sizes[1])
-
+    rows = _CollectiveRows()
+    add_coll, coll = rows.add, rows.rows
     if len(device_rows):
         dargs = DEVICE_ARGS_DECODER.decode(args_json(device_rows))
         for name in ("correlation", "external_id", "stream", "device"):
             getattr(cols, name)[device_rows] = col.optional_ints(list(map(attrgetter(name), dargs)))
-        for i, a in zip(device_rows.tolist(), dargs):
-            if a.collective is not None or kind[i] == KIND_CODE["comm"]:
-                add_coll(i, a, a.collective or classify.kernel_collective(names[name_codes[i]]))
+        rows.add_kernels(device_rows, dargs, kind, names, name_codes)
     runtime = host_rows[kind[host_rows] == KIND_CODE["runtime"]]
     if len(runtime):  # launches: their two ids, without decoding them as ops
         largs = LAUNCH_DECODER.decode(args_json(runtime))
@@ -419,10 +432,6 @@ def _assign_steps(kind, name_codes, names, ts_ns, dur_ns, device_rows, launch_ts
     when[has_launch] = launch_ts[has_launch]  # device work belongs to the step that launched it
     step[:] = lookup(when)
     return step
-
-
-_NO_COLLECTIVES = {k: [] for k in ("event_id", "collective", "in_elems", "out_elems", "group_size", "dtype",
-                                   "pg_name", "pg_desc", "pg_ranks", "elements", "min_elements")}
 
 
 _ROLE_KINDS = ("annotation", "cpu_op", "comm_launch")

@@ -213,7 +213,9 @@ def _encode_names(*structs) -> tuple[bytes, ...]:
 # The args keys each detail reads (the scanner keeps only these of each event's args;
 # the full detail stores the args whole).
 ARGS_KEYS = {
-    "overlap": _encode_names(CorrelationArgs, MetaArgs) + (b"Collective name",),
+    # the overlap detail also reads the collective kernels' args (the clocks and waits
+    # match one collective across ranks by its kind, group and size)
+    "overlap": _encode_names(CorrelationArgs, MetaArgs, DeviceArgs),
     "attribution": _encode_names(DeviceArgs, HostArgs, CorrelationArgs, MemoryArgs, MetaArgs),
     "full": None,
 }

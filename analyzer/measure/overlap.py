@@ -6,12 +6,15 @@ Rows are dicts with times in milliseconds (the JSON contract of ``analyze``).
 from __future__ import annotations
 
 from overlapscope.analyzer import sql
+from overlapscope.analyzer.measure import waits
 from overlapscope.analyzer.units import ms, pct
 
 
 def compute(con, run_id: int) -> dict:
-    """Per-rank and per-step compute, comm, exposed comm, overlap % and idle time."""
+    """Per-rank and per-step compute, comm, exposed comm, overlap % and idle time; per rank
+    also its clock offset and its comm split into waiting for peers and transfer."""
     sql.ensure(con, "overlap", run_id=run_id)
+    split = waits.ranks(con, run_id)
     ranks = [{
         "rank": r["rank"],
         "device_kind": r["device_kind"],
@@ -26,6 +29,9 @@ def compute(con, run_id: int) -> dict:
         "span_ms": ms(r["span_ns"]),
         # HTA's comp_comm_overlap_pctg: only work launched before the last ProfilerStep.
         "hta_overlap_pct": pct(r["hidden_hta_ns"], r["comm_hta_ns"]) if r["comm_hta_ns"] else None,
+        # comparisons between ranks (measure/waits.py): the rank's clock offset, and its
+        # comm split into waiting for peers and transfer (null without a peer loaded)
+        **_split(split.get(r["rank"]), r["comm_ns"]),
     } for r in sql.rows(con, "overlap.ranks")]
     steps = [{
         "rank": s["rank"],
@@ -42,3 +48,9 @@ def compute(con, run_id: int) -> dict:
         "spill_out_ms": ms(s["spill_out_ns"]),
     } for s in sql.rows(con, "overlap.steps")]
     return {"ranks": ranks, "steps": steps}
+
+
+def _split(w: dict | None, comm_ns) -> dict:
+    if w is None:
+        return {"clock_offset_ms": 0.0, "comm_wait_ms": None, "comm_transfer_ms": None, "exposed_wait_ms": None}
+    return {k: w[k] for k in ("clock_offset_ms", "comm_wait_ms", "comm_transfer_ms", "exposed_wait_ms")}

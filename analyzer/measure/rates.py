@@ -3,9 +3,10 @@
 - F: matmul FLOPs (the profiler's FLOP counts, with_flops=True, or derived from
   shapes at load) over the time the matmuls took: their kernels on GPU traces
   (linked by External id), the ops themselves on CPU-only traces.
-- W: bus bandwidth (nccl-tests) of the large collectives. A collective lasts as
-  long as its slowest participant arrives, so each instance is timed by its
-  shortest duration over the ranks (the transfer; the rest is waiting).
+- W: bus bandwidth (nccl-tests) of the large collectives, over all of them and
+  per collective kind. A collective lasts as long as its slowest participant
+  arrives, so each instance is timed by its shortest duration over the ranks (the
+  transfer; the rest is waiting).
 - latency: fitted on the small collectives with the W the model uses (model.ring).
 """
 
@@ -92,12 +93,30 @@ def bandwidth(rows: list[Collective]) -> dict:
     return out
 
 
-def latency(rows: list[Collective], w_bytes_per_s: float | None) -> dict:
-    """The per-collective latency term, fitted on the small collectives with W fixed."""
+def bandwidth_by_kind(rows: list[Collective]) -> dict[str, dict]:
+    """W of each collective kind the trace sizes: ``bandwidth`` over that kind's rows only
+    (kinds differ: gloo's all-gathers and reduce-scatters reach a fraction of its all-reduces)."""
+    kinds = sorted({r.collective for r in rows if r.collective and r.bytes})
+    return {k: bandwidth([r for r in rows if r.collective == k]) for k in kinds}
+
+
+def latency(rows: list[Collective], w_bytes_per_s: float | None, w_by_kind: dict[str, float] | None = None) -> dict:
+    """The per-collective latency term, fitted on the small collectives with W fixed
+    (each kind's own W from ``w_by_kind`` where given, else ``w_bytes_per_s``): the mean
+    of measured time minus wire bytes over W, never below 0 (``model.ring.fit_latency``)."""
     sized, wires, of, best = _sized(rows)
-    if not sized or not w_bytes_per_s:
+    w_by_kind = w_by_kind or {}
+    if not sized or not (w_bytes_per_s or w_by_kind):
         return {"latency_s": None, "small_collectives": 0}
     small_cut = _quantile([r.bytes for r in sized], SMALL_QUANTILE)
-    small = [(w, best[of[(r.rank, r.event_id)]]) for r, w in zip(sized, wires) if r.bytes <= small_cut]
-    fit = fit_latency(small, busbw_bytes_per_s=w_bytes_per_s)
+    ref = w_bytes_per_s or next(iter(w_by_kind.values()))
+    small = []
+    for r, wire in zip(sized, wires):
+        w = w_by_kind.get(r.collective) or w_bytes_per_s
+        if r.bytes <= small_cut and w:
+            # scaled so that wire / ref is this kind's wire / W
+            small.append((wire * ref / w, best[of[(r.rank, r.event_id)]]))
+    if not small:
+        return {"latency_s": None, "small_collectives": 0}
+    fit = fit_latency(small, busbw_bytes_per_s=ref)
     return {"latency_s": fit.latency_s, "small_collectives": len(small)}

@@ -7,8 +7,13 @@ compute of the rank covers. Lanes with too many marks to draw are merged into
 busy blocks so that the result never holds much more than ``max_marks`` marks,
 whatever the trace size (``aggregated`` says when).
 
-Times in the result are milliseconds from each rank's window start (ranks'
-clocks are not aligned; each rank's step starts at 0).
+Times in the result are milliseconds from the chart's zero. By default the ranks
+are on one clock (``measure.waits``: each rank's clock offset, estimated from the
+collectives they share) and the zero is the earliest window start of the shown
+ranks, so a rank that starts its step late, or arrives late at a collective,
+shows late. With ``aligned=False`` each rank starts at its own window start.
+Lanes that run collectives say so: a GPU stream with NCCL kernels is labelled
+``(NCCL)``.
 """
 
 from __future__ import annotations
@@ -68,20 +73,26 @@ def _mark(row: dict, lane: str) -> dict:
     }
 
 
-def lane_label(rank: int, track: str) -> str:
-    """How a lane is named in the result and on charts."""
-    return f"r{rank} · {track}"
+def lane_label(rank: int, track: str, nccl: bool = False) -> str:
+    """How a lane is named in the result and on charts (a GPU stream running NCCL kernels says so)."""
+    return f"r{rank} · {track}" + (" (NCCL)" if nccl else "")
+
+
+def _is_nccl(lane: dict) -> bool:
+    return lane["track_kind"] == "gpu_stream" and bool(lane.get("has_comm"))
 
 
 def timeline(con, run_id: int, step: int, ranks: list[int] | None = None,
-             attribution: list[Collective] | None = None, max_marks: int = MAX_MARKS) -> dict:
+             attribution: list[Collective] | None = None, max_marks: int = MAX_MARKS,
+             aligned: bool = True) -> dict:
     """Lanes, marks and exposed comm of ``step`` on ``ranks`` (all ranks when None).
 
     ``attribution``: the rows of ``collectives.compute`` when the caller has them
     (the dashboard caches them); computed here otherwise. Returns ``windows`` (per
     rank: window, compute, comm and exposed comm in it, ms), ``lanes``, ``marks``
     (kind compute/comm/memcpy/memset) and ``exposed`` (pieces of comm no compute
-    covers), each mark with ``start_ms``/``end_ms`` from its rank's window start,
+    covers), each mark with ``start_ms``/``end_ms`` from the chart's zero (the earliest
+    window start on the common clock; with ``aligned=False``, its rank's window start),
     ``marks`` (1, or how many a busy block merged), ``busy_ms`` and, for comm, the
     bucket or unit (``coll_kind``, ``coll_id``, ``phase``), ``bytes`` and the
     collective's comm and exposed ms.
@@ -101,18 +112,21 @@ def timeline(con, run_id: int, step: int, ranks: list[int] | None = None,
         con.execute("CREATE OR REPLACE TEMP TABLE timeline_attribution AS SELECT * FROM _tl_attr_in")
     finally:
         con.unregister("_tl_attr_in")
-    sql.ensure(con, "timeline", run_id=run_id, step=int(step), ranks=shown, max_marks=int(max_marks))
+    sql.ensure(con, "timeline", run_id=run_id, step=int(step), ranks=shown, max_marks=int(max_marks),
+               aligned=bool(aligned))
     raw = sql.one(con, "timeline.raw_marks")[0]
     lanes = sql.rows(con, "timeline.lanes")
-    labels = {(r["rank"], r["track_id"]): lane_label(r["rank"], r["track"]) for r in lanes}
+    labels = {(r["rank"], r["track_id"]): lane_label(r["rank"], r["track"], _is_nccl(r)) for r in lanes}
     drawn = sql.rows(con, "timeline.marks")
     marks = [_mark(r, labels[(r["rank"], r["track_id"])]) for r in drawn]
     windows = [{"rank": w["rank"], "start_ns": w["start_ns"], "end_ns": w["end_ns"],
+                "clock_offset_ms": _ms(w["offset_ns"]), "start_ms": _ms(w["start_rel_ns"]),
+                "end_ms": _ms(w["end_rel_ns"]),
                 "window_ms": _ms(w["window_ns"]), "compute_ms": _ms(w["compute_ns"]),
                 "comm_ms": _ms(w["comm_ns"]), "exposed_ms": _ms(w["exposed_ns"])}
                for w in sql.rows(con, "timeline.summary")]
     return {
-        "run_id": run_id, "step": int(step), "ranks": shown,
+        "run_id": run_id, "step": int(step), "ranks": shown, "aligned": bool(aligned),
         "windows": windows,
         "lanes": [{**r, "lane": labels[(r["rank"], r["track_id"])]} for r in lanes],
         "marks": [m for m in marks if m["kind"] in _MARK_KINDS],

@@ -49,6 +49,7 @@ def tokens_to_hide(
 def stage_tokens_to_hide(
     stage: str, flops_per_s: float, bandwidth_bytes_per_s: float, gpus: int | None = None,
     grad_bytes: float = GRAD_BYTES, weight_bytes: float = WEIGHT_BYTES,
+    reduce_bandwidth_bytes_per_s: float | None = None,
 ) -> float:
     """Tokens per GPU per micro-batch at which a stage's comm time equals its compute.
 
@@ -63,17 +64,24 @@ def stage_tokens_to_hide(
       all-gather plus reduce-scatter against the backward pass; the worse phase
       counts (with bf16 both equal F/W (N-1)/N);
     - hsdp: not covered (two links, two bandwidths): ``ValueError``.
+
+    ``bandwidth_bytes_per_s`` is W of the stage's collective (the all-reduce for
+    ddp, the all-gather for zero3); ``reduce_bandwidth_bytes_per_s`` W of the
+    reduce-scatter where it differs (zero1/2/3; kinds reach different bus
+    bandwidths on the same links, gloo's by 4x). Omitted: the same W.
     """
     check_stage(stage)
     check_positive("grad_bytes", grad_bytes)
     check_positive("weight_bytes", weight_bytes)
     base = tokens_to_hide(flops_per_s, bandwidth_bytes_per_s, gpus, grad_bytes=2)
+    reduce_base = base if reduce_bandwidth_bytes_per_s is None else tokens_to_hide(
+        flops_per_s, reduce_bandwidth_bytes_per_s, gpus, grad_bytes=2)
     if stage == "ddp":
         return grad_bytes / 2 * base
     if stage in ("zero1", "zero2"):
-        return grad_bytes / 4 * base
+        return grad_bytes / 4 * reduce_base
     if stage == "zero3":
-        return max(weight_bytes / 2, (weight_bytes + grad_bytes) / 4) * base
+        return max(weight_bytes / 2 * base, (weight_bytes * base + grad_bytes * reduce_base) / 4)
     raise ValueError("the overlap verdict covers ddp, zero1, zero2 and zero3, not hsdp")
 
 
@@ -106,9 +114,18 @@ class OverlapVerdict:
     """One sentence: why this verdict."""
 
 
+def verdict_of(ratio: float) -> tuple[str, str]:
+    """(verdict, reason) of a comm-to-compute ratio (``VERDICT_THRESHOLDS``)."""
+    for bound, verdict, reason in VERDICT_THRESHOLDS:
+        if ratio <= bound:
+            return verdict, reason
+    raise AssertionError("unreachable: the last threshold is infinite")
+
+
 def overlap_verdict(
     tokens: float, flops_per_s: float, bandwidth_bytes_per_s: float, gpus: int | None = None,
     stage: str = "ddp", grad_bytes: float = GRAD_BYTES, weight_bytes: float = WEIGHT_BYTES,
+    reduce_bandwidth_bytes_per_s: float | None = None,
 ) -> OverlapVerdict:
     """Verdict for ``tokens`` per GPU per micro-batch (see ``stage_tokens_to_hide``).
 
@@ -116,9 +133,6 @@ def overlap_verdict(
     """
     check_positive("tokens", tokens)
     threshold = stage_tokens_to_hide(stage, flops_per_s, bandwidth_bytes_per_s, gpus,
-                                     grad_bytes, weight_bytes)
+                                     grad_bytes, weight_bytes, reduce_bandwidth_bytes_per_s)
     ratio = threshold / tokens
-    for bound, verdict, reason in VERDICT_THRESHOLDS:
-        if ratio <= bound:
-            return OverlapVerdict(threshold, ratio, verdict, reason)
-    raise AssertionError("unreachable: the last threshold is infinite")
+    return OverlapVerdict(threshold, ratio, *verdict_of(ratio))

@@ -17,9 +17,10 @@ from overlapscope.analyzer import sql
 from overlapscope.analyzer.ingest.dtypes import itemsize
 from overlapscope.analyzer.measure import collectives, overlap, rates
 from overlapscope.analyzer.measure.collectives import Collective
-from overlapscope.analyzer.model.hide import overlap_verdict
+from overlapscope.analyzer.model.hide import overlap_verdict, stage_tokens_to_hide
 from overlapscope.analyzer.model.memory import model_state_bytes
 from overlapscope.analyzer.predict import exposure
+from overlapscope.analyzer.predict.reconcile import reconcile
 from overlapscope.analyzer.store.runinfo import RunInfo, run_info
 
 STAGE_OF = {"ddp": "ddp", "fsdp": "zero3", "hsdp": "zero3"}
@@ -41,6 +42,7 @@ class RunAnalysis:
     model: list[dict]  # per step: F, W, T, tokens to hide, verdict
     memory: list[dict]  # per rank: measured peak beside the model states
     tokens: float | None  # tokens per GPU per micro-batch (given, or the manifest's)
+    weight_bytes: float = 2.0  # bytes per gathered weight element (FSDP)
 
     @property
     def device_kind(self) -> str:
@@ -58,38 +60,84 @@ def _stage(info: RunInfo, rows: list[Collective]) -> str | None:
     return "zero3" if "fsdp_unit" in kinds else "ddp" if "ddp_bucket" in kinds else None
 
 
+def _dtype_bytes(manifest_dtype: str | None, rows: list[Collective], phases: tuple[str, ...]) -> tuple[float, str]:
+    """Bytes per element: the manifest's dtype, else the median dtype size of the trace's
+    collectives of ``phases``, else bf16's 2; with where it comes from."""
+    size = itemsize(manifest_dtype)
+    if size:
+        return float(size), "manifest"
+    sizes = [s for s in (itemsize(r.dtype) for r in rows if r.phase in phases and r.dtype) if s]
+    return (float(statistics.median(sizes)), "trace") if sizes else (2.0, "default")
+
+
 def _grad_bytes(info: RunInfo, rows: list[Collective]) -> float:
     """Bytes per reduced gradient element: the manifest's reduce dtype, else the trace's."""
-    size = itemsize((info.manifest.reduce_dtype or "").replace("torch.", ""))
-    if size:
-        return float(size)
-    sizes = [itemsize(r.dtype) for r in rows if r.phase in ("allreduce", "reduce_scatter") and r.dtype]
-    sizes = [s for s in sizes if s]
-    return float(statistics.median(sizes)) if sizes else 2.0
+    return _dtype_bytes(info.manifest.reduce_dtype, rows, ("allreduce", "reduce_scatter"))[0]
 
 
-def _sources(con, info: RunInfo, rows: list[Collective]) -> dict:
-    """F and W from the trace and from the tracer's calibration; which ones the model uses."""
+def _weight_bytes(info: RunInfo, rows: list[Collective]) -> float:
+    """Bytes per gathered weight element (FSDP): the manifest's param dtype, else the trace's gathers."""
+    return _dtype_bytes(info.manifest.param_dtype, rows, ("forward_allgather", "backward_allgather"))[0]
+
+
+# The collective whose W the model's verdict uses, per stage: DDP all-reduces; FSDP
+# gathers weights (and reduce-scatters gradients: REDUCE_KIND).
+MAIN_KIND = {"ddp": "all_reduce", "zero3": "all_gather"}
+REDUCE_KIND = "reduce_scatter"
+
+
+def _by_kind(rows: list[Collective], cal) -> dict[str, dict]:
+    """W per collective kind: from the trace's large collectives of the kind, else the
+    tracer's calibration of the kind; both, and which one the model uses."""
+    traced = rates.bandwidth_by_kind(rows)
+    calibrated = {c.kind for c in cal.collectives} if cal else set()
+    out = {}
+    for kind in sorted(set(traced) | calibrated):
+        t = traced.get(kind, {}).get("bus_bandwidth_bytes_per_s")
+        c = cal.bus_bandwidth_of(kind) if cal else None
+        out[kind] = {"trace_bytes_per_s": t, "calibration_bytes_per_s": c, "bytes_per_s": t or c,
+                     "source": "trace" if t else ("calibration" if c else None),
+                     "large_collectives": traced.get(kind, {}).get("large_collectives", 0)}
+    return out
+
+
+def _sources(con, info: RunInfo, rows: list[Collective], stage: str | None) -> dict:
+    """F and W from the trace and from the tracer's calibration; which ones the model uses.
+
+    W is per collective kind (``bus_bandwidth_by_kind``): the trace's own large
+    collectives of the kind, else the calibration of the kind. The top-level W keys
+    are the stage's main kind (all-reduce for DDP, all-gather for FSDP), or every
+    kind together when the stage is unknown; F prefers the calibration.
+    """
     f_trace = rates.flops_per_s(con, info.run_id, info.device_kind)
-    w_trace = rates.bandwidth(rows)
     cal = info.manifest.calibration
+    by_kind = _by_kind(rows, cal)
+    main = by_kind.get(MAIN_KIND.get(stage, ""))
+    overall = rates.bandwidth(rows)
+    w_trace = main["trace_bytes_per_s"] if main else (None if stage in MAIN_KIND else
+                                                      overall["bus_bandwidth_bytes_per_s"])
+    w_cal = (main["calibration_bytes_per_s"] if main else None) or (cal.bus_bandwidth_bytes_per_s if cal else None)
+    w_used = w_trace or w_cal or overall["bus_bandwidth_bytes_per_s"]
+    w_of = {k: v["bytes_per_s"] for k, v in by_kind.items() if v["bytes_per_s"]}
     f_cal = cal.flops_per_s if cal else None
-    w_cal = cal.bus_bandwidth_bytes_per_s if cal else None
-    w_used = w_cal or w_trace["bus_bandwidth_bytes_per_s"]
     return {
         "flops_per_s_trace": f_trace["flops_per_s"],
         "flops_per_s_calibration": f_cal,
-        "bus_bandwidth_bytes_per_s_trace": w_trace["bus_bandwidth_bytes_per_s"],
+        "bus_bandwidth_bytes_per_s_trace": w_trace,
         "bus_bandwidth_bytes_per_s_calibration": w_cal,
-        # latency term of one collective, fitted on this trace's small collectives given W
-        "latency_s": rates.latency(rows, w_used)["latency_s"],
-        # the model uses the calibration when there is one (measured apart from the run)
+        # latency term of one collective, fitted on this trace's small collectives given each kind's W
+        "latency_s": rates.latency(rows, w_used, w_of)["latency_s"],
+        # F: the calibration when there is one (measured apart from the run); W: the trace's
+        # own collectives of the kind when it has large ones, else the calibration
         "flops_per_s": f_cal or f_trace["flops_per_s"],
         "bus_bandwidth_bytes_per_s": w_used,
         "flops_source": "calibration" if f_cal else ("trace" if f_trace["flops_per_s"] else None),
-        "bandwidth_source": "calibration" if w_cal else ("trace" if w_trace["bus_bandwidth_bytes_per_s"] else None),
+        "bandwidth_source": "trace" if w_trace else ("calibration" if w_cal else (
+            "trace" if w_used else None)),
+        "bandwidth_kind": MAIN_KIND.get(stage) if main else None,
+        "bus_bandwidth_by_kind": by_kind,
         "matmul_ops": f_trace["matmul_ops"],
-        "large_collectives": w_trace["large_collectives"],
+        "large_collectives": (main["large_collectives"] if main else overall["large_collectives"]),
     }
 
 
@@ -99,17 +147,48 @@ def _missing(f, w, tokens, stage) -> str:
     return "cannot judge: missing " + ", ".join(lacking)
 
 
-def _per_step(rows: list[Collective], overlap_steps: list[dict], sources: dict, info: RunInfo,
-              tokens: float | None, stage: str | None, grad_bytes: float) -> tuple[list, list]:
+@dataclass(frozen=True)
+class _Inputs:
+    """What the verdict reads: F, W (per kind), T, the stage, the group and the dtypes."""
+
+    f: float | None
+    w: float | None
+    w_reduce: float | None  # FSDP: the reduce-scatter's W (None: as w)
+    tokens: float | None
+    stage: str | None
+    gpus: int | None
+    grad_bytes: float
+    weight_bytes: float
+
+    def tokens_to_hide(self) -> float | None:
+        if not (self.f and self.w and self.stage and self.gpus and self.gpus > 1):
+            return None
+        return stage_tokens_to_hide(self.stage, self.f, self.w, self.gpus, self.grad_bytes, self.weight_bytes,
+                                    self.w_reduce)
+
+    def verdict(self):
+        if not (self.tokens and self.tokens_to_hide()):
+            return None
+        return overlap_verdict(self.tokens, self.f, self.w, gpus=self.gpus, stage=self.stage,
+                               grad_bytes=self.grad_bytes, weight_bytes=self.weight_bytes,
+                               reduce_bandwidth_bytes_per_s=self.w_reduce)
+
+
+def _inputs(sources: dict, info: RunInfo, tokens, stage, grad_bytes: float, weight_bytes: float) -> _Inputs:
+    w_reduce = None
+    if stage == "zero3":
+        w_reduce = (sources["bus_bandwidth_by_kind"].get(REDUCE_KIND) or {}).get("bytes_per_s")
+    return _Inputs(sources["flops_per_s"], sources["bus_bandwidth_bytes_per_s"], w_reduce, tokens, stage,
+                   info.manifest.data_parallel_gpus(info.world_size), grad_bytes, weight_bytes)
+
+
+def _per_step(rows: list[Collective], overlap_steps: list[dict], inputs: _Inputs,
+              info: RunInfo) -> tuple[list, list]:
     """Per-step comm beside its prediction, and the per-step model objects (verdicts)."""
     by_step: dict[tuple, list[Collective]] = defaultdict(list)
     for r in rows:
         by_step[(r.rank, r.step)].append(r)
-    f, w = sources["flops_per_s"], sources["bus_bandwidth_bytes_per_s"]
-    gpus = info.manifest.data_parallel_gpus(info.world_size)
-    verdict = None
-    if f and w and tokens and stage and gpus and gpus > 1:
-        verdict = overlap_verdict(tokens, f, w, gpus=gpus, stage=stage, grad_bytes=grad_bytes)
+    verdict, t_hide = inputs.verdict(), inputs.tokens_to_hide()
     steps, models = [], []
     for s in overlap_steps:
         items = by_step.get((s["rank"], s["step"]), [])
@@ -124,12 +203,15 @@ def _per_step(rows: list[Collective], overlap_steps: list[dict], sources: dict, 
             "predicted_exposed_ms": round(sum(pe), 6) if pe else None,
         })
         models.append({
-            "rank": s["rank"], "step": s["step"], "stage": stage, "gpus": gpus,
-            "flops_per_s": f, "bus_bandwidth_bytes_per_s": w, "tokens": tokens, "grad_bytes": grad_bytes,
-            "tokens_to_hide": round(verdict.tokens_to_hide, 1) if verdict else None,
+            "rank": s["rank"], "step": s["step"], "stage": inputs.stage, "gpus": inputs.gpus,
+            "flops_per_s": inputs.f, "bus_bandwidth_bytes_per_s": inputs.w,
+            "reduce_bus_bandwidth_bytes_per_s": inputs.w_reduce, "tokens": inputs.tokens,
+            "grad_bytes": inputs.grad_bytes, "weight_bytes": inputs.weight_bytes,
+            # tokens that hide the comm: known from F, W and the stage even without T
+            "tokens_to_hide": round(t_hide, 1) if t_hide else None,
             "comm_to_compute_ratio": round(verdict.ratio, 4) if verdict else None,
             "verdict": verdict.verdict if verdict else None,
-            "reason": verdict.reason if verdict else _missing(f, w, tokens, stage),
+            "reason": verdict.reason if verdict else _missing(inputs.f, inputs.w, inputs.tokens, inputs.stage),
             "caveat": CPU_CAVEAT if info.device_kind == "cpu" else None,
         })
     return steps, models
@@ -150,14 +232,18 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     info = run_info(con, run_id)
     ov = overlap.compute(con, run_id)
     rows = collectives.compute(con, info)
-    sources = _sources(con, info, rows)
-    rows = exposure.predict_comm(rows, sources["bus_bandwidth_bytes_per_s"], sources["latency_s"])
-    rows = exposure.predict_exposed(con, info, rows)
     stage = _stage(info, rows)
-    grad_bytes = _grad_bytes(info, rows)
+    sources = _sources(con, info, rows, stage)
+    w_of = {k: v["bytes_per_s"] for k, v in sources["bus_bandwidth_by_kind"].items() if v["bytes_per_s"]}
+    rows = exposure.predict_comm(rows, sources["bus_bandwidth_bytes_per_s"], sources["latency_s"], w_of)
+    rows = exposure.predict_exposed(con, info, rows)
+    grad_bytes, weight_bytes = _grad_bytes(info, rows), _weight_bytes(info, rows)
     tokens = tokens or info.manifest.tokens_per_microbatch
-    steps, models = _per_step(rows, ov["steps"], sources, info, tokens, stage, grad_bytes)
-    return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens)
+    inputs = _inputs(sources, info, tokens, stage, grad_bytes, weight_bytes)
+    steps, models = _per_step(rows, ov["steps"], inputs, info)
+    models = reconcile(con, run_id, rows, steps, models, info.device_kind, stage)
+    return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
+                       weight_bytes)
 
 
 def summary(rows: list[Collective]) -> list[dict]:

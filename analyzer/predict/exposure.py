@@ -1,7 +1,7 @@
 """The data-parallel model beside the measurement, per collective.
 
 Predicted comm time: the latency term plus the bytes one rank puts on the wire
-over W (model.ring). Predicted exposed time: each step replayed with the model's
+over W of the collective's kind (model.ring). Predicted exposed time: each step replayed with the model's
 timelines (model.replay) using what the trace says about it:
 
 - DDP: buckets launch on one comm stream in the order their gradients became
@@ -33,14 +33,18 @@ from overlapscope.analyzer.units import NS_PER_S
 _replace = msgspec.structs.replace
 
 
-def predict_comm(rows: list[Collective], w_bytes_per_s: float | None, latency_s: float | None) -> list[Collective]:
-    """Each row with predicted_comm_ms (None when bytes or W are unknown)."""
+def predict_comm(rows: list[Collective], w_bytes_per_s: float | None, latency_s: float | None,
+                 w_by_kind: dict[str, float] | None = None) -> list[Collective]:
+    """Each row with predicted_comm_ms (None when bytes or W are unknown); W of the row's
+    own kind from ``w_by_kind`` where it has one, else ``w_bytes_per_s``."""
+    w_by_kind = w_by_kind or {}
     out = []
     for r in rows:
         predicted = None
-        if w_bytes_per_s and r.bytes and r.group_size and r.group_size > 1 and r.collective:
+        w = w_by_kind.get(r.collective) or w_bytes_per_s
+        if w and r.bytes and r.group_size and r.group_size > 1 and r.collective:
             try:
-                predicted = round(collective_time_s(r.collective, r.bytes, r.group_size, w_bytes_per_s,
+                predicted = round(collective_time_s(r.collective, r.bytes, r.group_size, w,
                                                     latency_s or 0.0) * 1e3, 6)
             except ValueError:
                 predicted = None

@@ -37,6 +37,26 @@ JOIN events l ON l.run_id = getvariable('run_id') AND l.rank = t.rank
              AND l.correlation = t.correlation AND l.kind = 'runtime'
 WHERE t.device_kind = 'gpu';
 
+-- _co_launch_size: older GPU traces carry no sizes on their kernels; the CPU range
+-- around the launch does (nccl:all_reduce, c10d::allreduce_, record_param_comms
+-- with Input Dims and Input type: decode.py stores them in collectives). The
+-- runtime launch sits inside that range on the same thread; the innermost sized
+-- range gives the kernel's bytes and dtype. shard_only: an all-gather range that
+-- lists only its input (the output is the shard times the group).
+CREATE OR REPLACE TEMP TABLE _co_launch_size AS
+SELECT l.rank, l.event_id,
+       arg_max(c.bytes, e.ts_ns) AS range_bytes,
+       arg_max(c.dtype, e.ts_ns) AS range_dtype,
+       arg_max(c.kind = 'all_gather' AND c.elements = c.min_elements AND c.in_elems IS NULL, e.ts_ns)
+           AS range_shard_only
+FROM _co_launch_gpu l
+JOIN _co_transfer t USING (rank, event_id)
+JOIN events e ON e.run_id = getvariable('run_id') AND e.rank = l.rank AND e.track_id = l.launch_track
+             AND e.kind = 'comm_launch' AND e.ts_ns <= l.launch_ts_ns AND l.launch_end_ns <= e.ts_ns + e.dur_ns
+JOIN collectives c ON c.run_id = e.run_id AND c.rank = e.rank AND c.event_id = e.event_id
+WHERE t.bytes IS NULL AND c.bytes IS NOT NULL
+GROUP BY ALL;
+
 -- _co_launch_cpu: gloo spans -> their c10d launch on the training thread. gloo
 -- writes no link, so the k-th launch of a family and size meets the k-th span of
 -- the same family and size (an all-gather span reports its shard, a launch its
@@ -66,14 +86,16 @@ SELECT s.rank, s.event_id, l.launch_id, l.launch_track, l.launch_ts_ns, l.launch
        l.kind = 'all_gather' AND l.full_elements = l.launch_min_elements AS shard_only
 FROM spans s JOIN launches l USING (rank, family, elements, k);
 
--- _co_launch: one launch per transfer (GPU or CPU).
+-- _co_launch: one launch per transfer (GPU or CPU); full_bytes and launch_dtype
+-- are the launch's size where the transfer has none (GPU) or another (gloo).
 CREATE OR REPLACE TEMP TABLE _co_launch AS
-SELECT rank, event_id, launch_id, launch_track, launch_ts_ns, launch_end_ns,
-       NULL::VARCHAR AS launch_kind, NULL::BIGINT AS full_elements, NULL::BIGINT AS full_bytes,
-       false AS shard_only
-FROM _co_launch_gpu
+SELECT g.rank, g.event_id, g.launch_id, g.launch_track, g.launch_ts_ns, g.launch_end_ns,
+       NULL::VARCHAR AS launch_kind, NULL::BIGINT AS full_elements, z.range_bytes AS full_bytes,
+       coalesce(z.range_shard_only, false) AS shard_only, z.range_dtype AS launch_dtype
+FROM _co_launch_gpu g
+LEFT JOIN _co_launch_size z USING (rank, event_id)
 UNION ALL
-SELECT * FROM _co_launch_cpu;
+SELECT *, NULL::VARCHAR AS launch_dtype FROM _co_launch_cpu;
 
 -- _co_ranges: the ranges that attribution reads, with their stored role.
 CREATE OR REPLACE TEMP TABLE _co_ranges AS
@@ -106,7 +128,8 @@ GROUP BY ALL;
 -- _co_attr: kind, id and phase of each transfer.
 CREATE OR REPLACE TEMP TABLE _co_attr AS
 WITH base AS (
-    SELECT t.* REPLACE (coalesce(l.launch_kind, x.launch_collective, t.coll_kind) AS coll_kind),
+    SELECT t.* REPLACE (coalesce(l.launch_kind, x.launch_collective, t.coll_kind) AS coll_kind,
+                        coalesce(t.dtype, l.launch_dtype) AS dtype),
            l.launch_id, l.launch_ts_ns AS cpu_launch_ts_ns,
            coalesce(l.full_bytes, t.bytes) AS nbytes, coalesce(l.shard_only, false) AS shard_only,
            x.bucket, x.microbatch, x.gather_unit, x.reduce_unit,

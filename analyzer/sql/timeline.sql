@@ -1,4 +1,5 @@
--- params: run_id, step, ranks, max_marks
+-- params: run_id, step, ranks, max_marks, aligned
+-- requires: clocks
 -- inputs: timeline_attribution
 -- provides: timeline_window, timeline_lanes, timeline_marks, timeline_summary, timeline_counts
 --
@@ -8,24 +9,38 @@
 -- timeline_attribution (registered by measure/timeline.py): the collectives
 -- analysis of each comm event (rank, event_id, coll_kind, coll_id, phase,
 -- collective, bytes, coll_comm_ns, coll_exposed_ns).
--- Times: int64 ns on the trace clock, and *_rel_ns from the rank's window start.
+-- Times: int64 ns on each rank's trace clock, and *_rel_ns from the chart's zero:
+-- with aligned, the ranks on one clock (clocks.sql: each rank's offset added) and
+-- zero at the earliest window start of the shown ranks, so a late rank shows late;
+-- without it, each rank from its own window start.
 --
---   timeline_window   rank, start_ns, end_ns: the step's window on each shown rank
+--   timeline_window   rank, start_ns, end_ns: the step's window on each shown rank (its
+--                     own clock), offset_ns (its clock offset; 0 unless aligned), zero_ns
+--                     (the chart's zero on the rank's own clock)
 --   timeline_lanes    rank, track_id, track_kind, track, has_compute
 --   timeline_marks    what to draw: rank, track_id, kind (compute, comm, memcpy, memset,
 --                     exposed), name, event_id, marks (1, or how many a busy block
 --                     merged), start_rel_ns, end_rel_ns, busy_ns, and for comm the
 --                     collective's attribution
---   timeline_summary  per rank: window, compute, comm and exposed comm in it
+--   timeline_summary  per rank: window (with its start and end from the chart's zero),
+--                     compute, comm and exposed comm in it
 --   timeline_counts   raw_marks: the marks before any merging
 
 -- timeline_window: the step's window on each selected rank (steps.sql).
 CREATE OR REPLACE TEMP TABLE timeline_window AS
-SELECT s.rank, s.window_start_ns AS start_ns, s.window_end_ns AS end_ns
-FROM steps s
-WHERE s.run_id = getvariable('run_id') AND s.step = getvariable('step')
-  AND list_contains(getvariable('ranks'), s.rank)
-  AND s.window_start_ns IS NOT NULL AND s.window_end_ns > s.window_start_ns;
+WITH w AS (
+    SELECT s.rank, s.window_start_ns AS start_ns, s.window_end_ns AS end_ns,
+           CASE WHEN getvariable('aligned') THEN coalesce(k.clock_offset_ns, 0) ELSE 0 END::BIGINT AS offset_ns
+    FROM steps s
+    LEFT JOIN rank_clock k USING (rank)
+    WHERE s.run_id = getvariable('run_id') AND s.step = getvariable('step')
+      AND list_contains(getvariable('ranks'), s.rank)
+      AND s.window_start_ns IS NOT NULL AND s.window_end_ns > s.window_start_ns
+)
+SELECT rank, start_ns, end_ns, offset_ns,
+       CASE WHEN getvariable('aligned') THEN (SELECT min(start_ns + offset_ns) FROM w) - offset_ns
+            ELSE start_ns END::BIGINT AS zero_ns
+FROM w;
 
 -- _tl_iv: device work that runs in the window (of any step: work launched in
 -- step N-1 still occupies the device), clipped to the window.
@@ -145,10 +160,12 @@ GROUP BY b.gid, b.ts_ns, b.end_ns;
 
 -- timeline_lanes: one lane per rank and track that has marks; compute lanes
 -- first (compute on top, comm below, as docs/model.md draws the replays).
+-- has_comm: the lane runs collectives (a GPU stream with NCCL kernels, gloo's thread).
 CREATE OR REPLACE TEMP TABLE timeline_lanes AS
 SELECT p.rank, p.track_id, any_value(t.kind) AS track_kind,
        coalesce(any_value(t.name), 'track ' || p.track_id) AS track,
-       bool_or(p.kind = 'compute') AS has_compute
+       bool_or(p.kind = 'compute') AS has_compute,
+       bool_or(p.kind = 'comm') AS has_comm
 FROM _tl_pieces p
 LEFT JOIN tracks t ON t.run_id = getvariable('run_id') AND t.rank = p.rank AND t.track_id = p.track_id
 GROUP BY p.rank, p.track_id;
@@ -168,7 +185,7 @@ WITH drawn AS (
     JOIN (SELECT DISTINCT gid, rank, track_id, kind FROM _tl_pieces) g USING (gid)
 )
 SELECT d.rank, d.track_id, d.kind, d.name, d.event_id, d.marks,
-       d.ts_ns - w.start_ns AS start_rel_ns, d.end_ns - w.start_ns AS end_rel_ns, d.busy_ns,
+       d.ts_ns - w.zero_ns AS start_rel_ns, d.end_ns - w.zero_ns AS end_rel_ns, d.busy_ns,
        a.coll_kind, a.coll_id, a.phase, a.collective, a.bytes, a.coll_comm_ns, a.coll_exposed_ns
 FROM drawn d
 JOIN timeline_window w USING (rank)
@@ -189,7 +206,8 @@ WITH lens AS (
 ), compute AS (
     SELECT rank, sum(end_ns - ts_ns)::BIGINT AS compute_ns FROM _tl_compute GROUP BY rank
 )
-SELECT w.rank, w.start_ns, w.end_ns, w.end_ns - w.start_ns AS window_ns,
+SELECT w.rank, w.start_ns, w.end_ns, w.end_ns - w.start_ns AS window_ns, w.offset_ns,
+       w.start_ns - w.zero_ns AS start_rel_ns, w.end_ns - w.zero_ns AS end_rel_ns,
        coalesce(c.compute_ns, 0) AS compute_ns,
        coalesce(cm.len_ns, 0) AS comm_ns,
        coalesce(ex.len_ns, 0) AS exposed_ns

@@ -36,6 +36,24 @@ def _ratio_section(result: dict, analysis: dict, run_id: int) -> None:
         st.markdown(f"Verdict at T = {threshold['tokens']:,.0f}: **{threshold['verdict']}**.")
 
 
+def _reconciled(result: dict) -> None:
+    """Where the verdict and the measured exposure disagree, which term explains it."""
+    found = shape.disagreements(result["model"])
+    if found is None:
+        st.caption("The model and the measurement agree within 3% of the step on every rank and step.")
+        return
+    rank, step = found["example_at"]
+    st.warning(f"The measurement disagrees with the model on {len(found['rows'])} of {found['of']} rank-steps "
+               f"(by more than 3% of the step). Most are explained by **{found['term'].replace('_', ' ')}**; "
+               f"rank {rank}, step {step}: {found['example']}.")
+    with st.expander("Model beside measurement, per rank and step"):
+        st.dataframe(found["rows"], hide_index=True)
+        st.caption("explained_by: order (the run's own bucket or unit order and timing), late_rank (waiting for a "
+                   "late rank), slow_transfers (longer than W predicts), host_bound (device idle), cpu_sharing "
+                   "(gloo's threads share the cores with compute), model_inputs (the run hides more than the "
+                   "model expects); term_ms is that term's figure per step.")
+
+
 def _memory_section(result: dict, facts: dict, run_id: int) -> None:
     st.subheader("Model-state memory per GPU, per ZeRO stage")
     peaks = [m["peak_allocated_bytes"] for m in result["memory"] if m["peak_allocated_bytes"]]
@@ -72,6 +90,7 @@ def render() -> None:
     st.title(f"Model · {run['name']}")
     result = data.buckets(*ctx.key())
     _ratio_section(result, data.analysis(*ctx.key()), run["run_id"])
+    _reconciled(result)
     _memory_section(result, data.facts(*ctx.key()), run["run_id"])
 
 

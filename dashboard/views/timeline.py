@@ -36,13 +36,21 @@ def render() -> None:
     if not ranks:
         st.info("Choose at least one rank.")
         return
-    tl = data.timeline(*ctx.key(), step, tuple(sorted(ranks)), ctx.settings.timeline_marks)
+    aligned = st.toggle("Ranks on one clock", value=True, key=f"tl_aligned_{ctx.run['run_id']}",
+                        help="Each rank's clock offset, estimated from the moments all ranks leave a collective "
+                             "together, is added to its times, so a rank that arrives late shows late. Off: each "
+                             "rank from its own step start.")
+    tl = data.timeline(*ctx.key(), step, tuple(sorted(ranks)), ctx.settings.timeline_marks, aligned)
     if not tl["lanes"]:
         st.info(f"No device work in step {step} on the chosen ranks.")
         return
     st.altair_chart(charts.timeline(tl), width="stretch")
     st.caption("Blue compute, aqua comm hidden behind compute, **violet comm exposed** (no compute of the rank "
-               "runs), orange memcpy/memset; grey is the step's window. Times are from each rank's own step start. "
+               "runs), orange memcpy/memset; grey is the step's window. "
+               + ("Ranks are on one clock (offsets in the table below): a rank that starts late or arrives late "
+                  "at a collective shows late, and the others' comm waits for it. " if tl["aligned"] else
+                  "Times are from each rank's own step start. ")
+               + "Lanes marked (NCCL) are the GPU streams that run the collectives. "
                "Scroll or drag to zoom; hover for name, bucket or unit, bytes and duration.")
     if tl["aggregated"]:
         st.info(f"Aggregated: {tl['raw_marks']:,} marks are drawn as {tl['drawn_marks']:,} "

@@ -1,0 +1,54 @@
+"""Ranks on one clock, and comm split into waiting for peers and transfer.
+
+Runs ``sql/clocks.sql`` (each rank's clock offset, estimated from the ends of
+the collectives it shares with the reference rank) and ``sql/waits.sql`` (per
+transfer, the duration on the rank that arrived last is the transfer; the rest
+is waiting). Only comparisons between ranks use the offsets: per-rank figures
+are on each rank's own clock and never change with them.
+"""
+
+from __future__ import annotations
+
+from overlapscope.analyzer import sql
+from overlapscope.analyzer.units import ms
+
+
+def ensure(con, run_id: int) -> None:
+    sql.ensure(con, "waits", run_id=run_id)
+
+
+def ranks(con, run_id: int) -> dict[int, dict]:
+    """Per rank: clock_offset_ms and, where another loaded rank shares its collectives,
+    comm_wait_ms, comm_transfer_ms (they add up to comm_ms) and exposed_wait_ms."""
+    ensure(con, run_id)
+    out = {}
+    for r in sql.rows(con, "waits.ranks"):
+        peered = r["peered"] > 0
+        out[r["rank"]] = {
+            "clock_offset_ms": ms(r["clock_offset_ns"]),
+            "comm_wait_ms": ms(r["wait_ns"]) if peered else None,
+            "comm_transfer_ms": ms(r["transfer_ns"]) if peered else None,
+            "exposed_wait_ms": ms(r["exposed_wait_ns"]) if peered else None,
+            "last_arrivals": r["last_arrivals"], "peered": r["peered"], "matched": r["matched"],
+        }
+    return out
+
+
+def steps(con, run_id: int) -> list[dict]:
+    """Per rank and step with comm: wait_ms and exposed_wait_ms (wall clock, concurrent
+    collectives counted once), with the instances it shared and arrived last at."""
+    ensure(con, run_id)
+    arrivals = {(a["rank"], a["step"]): a for a in sql.rows(con, "waits.arrivals")}
+    out = []
+    for s in sql.rows(con, "waits.steps"):
+        a = arrivals.get((s["rank"], s["step"]), {"peered": 0, "last_arrivals": 0})
+        out.append({"rank": s["rank"], "step": s["step"], "wait_ms": ms(s["wait_ns"]),
+                    "exposed_wait_ms": ms(s["exposed_wait_ns"]), "peered": a["peered"],
+                    "last_arrivals": a["last_arrivals"]})
+    return out
+
+
+def clock_offsets_ns(con, run_id: int) -> dict[int, int]:
+    """Each rank's clock offset (ns to add to its times to put them on the common clock)."""
+    sql.ensure(con, "clocks", run_id=run_id)
+    return {r["rank"]: r["clock_offset_ns"] for r in sql.rows(con, "waits.clock")}

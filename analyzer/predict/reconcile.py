@@ -1,0 +1,117 @@
+"""The model beside the measurement, reconciled: where they disagree, which term explains it.
+
+The model's expectation for a step is nothing exposed where its verdict is hidden
+or marginal; otherwise (an exposed verdict, or none for want of T) the replay's
+predicted exposed time (the run's own bucket or unit order and timing, collectives
+at W). Where the
+measured exposed comm differs from it by more than the warn share of the step
+(3%, the checklist's ``exposed_warn``), each term the model leaves out gets its
+figure in ms per step, and the largest explains the gap:
+
+- ``order`` (against a hidden or marginal verdict): what the replay exposes from the
+  run's own bucket or unit order and timing (the verdict assumes the comm can run
+  beside all compute; the last bucket's tail cannot);
+- ``late_rank``: waiting for a late rank that no compute covers (measure.waits);
+- ``slow_transfers``: transfers longer than W predicts (contention, a slower path);
+- ``host_bound``: on GPU runs, the rest of the gap as far as the device waited for
+  launches in the step at least as long (measure.idle: no compute to hide comm
+  behind);
+- ``cpu_sharing``: the rest, on CPU-only runs: gloo's threads share the cores with
+  compute, so comm and compute do not run side by side as the model assumes;
+- ``model_inputs``: the run hides more than the model expects (W or F understated).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from overlapscope.analyzer import sql
+from overlapscope.analyzer.measure import idle, waits
+from overlapscope.analyzer.measure.collectives import Collective
+from overlapscope.analyzer.units import NS_PER_MS
+
+# the checklist's exposed_warn (analyzer/checklist/findings.py): a gap above 3% of the step
+# is above run-to-run noise; repeated here because predict must not import the checklist
+WARN_SHARE = 0.03
+
+_TEXT = {
+    "order": "the run's own {what} order and timing: the replay exposes {ms} even at W",
+    "late_rank": "waiting for a late rank{late}: {ms} of waiting that no compute covers",
+    "slow_transfers": "transfers {ms} longer than W predicts (contention or a slower path)",
+    "host_bound": "the device waits {ms} for launches in the step (host-bound: no compute to hide comm behind)",
+    "cpu_sharing": "CPU threads sharing cores: gloo's threads and compute take turns on the cores, {ms} the "
+                   "model expects to run side by side",
+    "model_inputs": "the run hides {ms} more than the model expects: W or F understate this run",
+}
+
+
+def _fmt(value_ms: float) -> str:
+    return f"{value_ms:.3g} ms"
+
+
+def _slow_transfers(con, rows: list[Collective]) -> dict[tuple, float]:
+    """Per (rank, step): transfer time beyond the predicted comm time, summed (ms)."""
+    waited = {(r, e): w for r, e, w, _ in sql.tuples(con, "waits.transfers")}
+    out: dict[tuple, float] = defaultdict(float)
+    for r in rows:
+        if r.step is None or r.predicted_comm_ms is None:
+            continue
+        transfer_ms = r.comm_ms - waited.get((r.rank, r.event_id), 0) / NS_PER_MS
+        out[(r.rank, r.step)] += max(0.0, transfer_ms - r.predicted_comm_ms)
+    return out
+
+
+def _late_ranks(step_waits: list[dict]) -> dict[int, list[int]]:
+    """Per step: the ranks that arrived last at any collective, most often first."""
+    by_step: dict[int, list[tuple]] = defaultdict(list)
+    for w in step_waits:
+        if w["last_arrivals"]:
+            by_step[w["step"]].append((-w["last_arrivals"], w["rank"]))
+    return {s: [r for _, r in sorted(v)] for s, v in by_step.items()}
+
+
+def reconcile(con, run_id: int, rows: list[Collective], steps: list[dict], models: list[dict],
+              device_kind: str, stage: str | None) -> list[dict]:
+    """The model rows, each with ``disagreement`` (None where model and measurement agree)."""
+    step_waits = waits.steps(con, run_id)
+    exposed_wait = {(w["rank"], w["step"]): w["exposed_wait_ms"] for w in step_waits}
+    late = _late_ranks(step_waits)
+    slow = _slow_transfers(con, rows)
+    host = {(r["rank"], r["step"]): r["host_idle_ns"] / NS_PER_MS for r in idle.per_step(con, run_id)} \
+        if device_kind == "gpu" else {}
+    predicted = {(s["rank"], s["step"]): s["predicted_exposed_ms"] for s in steps}
+    what = "bucket" if stage == "ddp" else "unit"
+    out = []
+    for m, s in zip(models, steps):
+        key = (s["rank"], s["step"])
+        # a hidden (or marginal) verdict expects nothing exposed, and the run's own order and
+        # timing (the replay) is one of the terms; otherwise the replay is the expectation
+        by_verdict = m["verdict"] in ("hidden", "marginal")
+        expected = 0.0 if by_verdict else predicted[key]
+        gap = None if expected is None else s["exposed_comm_ms"] - expected
+        if gap is None or not s["step_ms"] or abs(gap) / s["step_ms"] <= WARN_SHARE:
+            out.append({**m, "disagreement": None})
+            continue
+        terms = {"order": predicted[key] or 0.0} if by_verdict else {}
+        terms.update(late_rank=exposed_wait.get(key, 0.0), slow_transfers=slow.get(key, 0.0))
+        rest = max(0.0, s["exposed_comm_ms"] - sum(terms.values()))
+        if device_kind == "gpu":  # the rest, as far as the device waited for launches in the step
+            terms["host_bound"] = min(rest, host.get(key, 0.0))
+        else:
+            terms["cpu_sharing"] = rest
+        if gap < 0:
+            terms = {"model_inputs": -gap}
+        term = max(terms, key=terms.get)
+        # the rank this one waited for: the step's most frequent last arrival other than itself
+        late_rank = next((r for r in late.get(s["step"], []) if r != s["rank"]), None)
+        text = _TEXT[term].format(ms=_fmt(terms[term]), what=what,
+                                  late=f" (rank {late_rank})" if late_rank is not None else "")
+        out.append({**m, "disagreement": {
+            "measured_exposed_ms": s["exposed_comm_ms"], "predicted_exposed_ms": round(expected, 6),
+            "gap_ms": round(gap, 6), "term": term, "term_ms": round(terms[term], 6),
+            "terms": {k: round(v, 6) for k, v in terms.items()},
+            "late_rank": late_rank if term == "late_rank" else None,
+            "explanation": (f"measured {_fmt(s['exposed_comm_ms'])} exposed against the model's {_fmt(expected)} "
+                            f"({'verdict ' + m['verdict'] if by_verdict else 'replay'}): explained by {text}"),
+        }})
+    return out

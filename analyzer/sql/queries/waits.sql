@@ -1,0 +1,20 @@
+-- Waiting for peers and transfer (measure/waits.py; the tables come from clocks.sql and waits.sql).
+
+-- name: ranks
+SELECT * FROM wait_rank ORDER BY rank;
+
+-- name: steps
+SELECT * FROM wait_step ORDER BY rank, step;
+
+-- name: clock
+SELECT rank, clock_offset_ns, matched, via, basis FROM rank_clock ORDER BY rank;
+
+-- name: arrivals
+-- Per step and rank: the instances shared with another rank, and how many of them it arrived last at.
+SELECT rank, step, count(*) AS peered, count(*) FILTER (WHERE last_rank = rank) AS last_arrivals
+FROM comm_wait WHERE peers > 1 AND step IS NOT NULL
+GROUP BY ALL ORDER BY rank, step;
+
+-- name: transfers
+-- Per transfer: its waiting for peers (the rest of its duration is the transfer).
+SELECT rank, event_id, wait_ns, transfer_ns FROM comm_wait;

@@ -1,0 +1,89 @@
+"""A real 4-rank gloo DDP run with a straggler: the tracer's example trainer, rank 2 sleeping
+60 ms before every backward (``--slow-rank 2 --slow-ms 60``).
+
+By construction the other ranks wait for rank 2 in the bucket all-reduces; the
+sleep bounds what they can lose (they may compute during part of it on a loaded
+machine). One capture per module: about 25 s on 2 cores (4 processes, the tiny
+model, no calibration, 2 profiled steps).
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import shutil
+import subprocess
+import sys
+from decimal import Decimal
+
+import pytest
+
+from overlapscope.analyzer.api import analyze, diagnose
+
+pytest.importorskip("torch")
+SLOW_RANK, SLOW_MS = 2, 60.0
+
+
+@pytest.fixture(scope="module")
+def straggler_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("straggler4") / "run"
+    # small buckets (--bucket-cap-mb 0.01): more collectives to estimate clocks on
+    subprocess.run([sys.executable, "-m", "overlapscope.tracer.examples.train", "--parallel", "ddp", "--nproc", "4",
+                    "--steps", "4", "--wait-steps", "1", "--warmup-steps", "1", "--active-steps", "2",
+                    "--model-size", "tiny", "--backend", "gloo", "--no-calibrate", "--bucket-cap-mb", "0.01",
+                    "--slow-rank", str(SLOW_RANK), "--slow-ms", str(SLOW_MS), "--out", str(out)],
+                   check=True, timeout=240, capture_output=True)
+    return out
+
+
+def test_the_late_rank_is_named_and_the_rule_fails(straggler_run):
+    f = next(f for f in diagnose([str(straggler_run)], workers=2)["findings"] if f["id"] == "straggler")
+    assert f["details"]["late_rank"] == SLOW_RANK
+    assert f["status"] == "fail"  # the others wait far over 10% of the step
+    # what the others lose per step: at most the sleep (plus jitter), and most of it
+    assert 0.4 * SLOW_MS <= f["impact_ms"] <= 1.2 * SLOW_MS
+    assert f["details"]["cause"] == "idle" and f"rank {SLOW_RANK}" in f["fix"]
+
+
+def _move_rank(src, dst, rank: int, shift_us: str, host: str) -> None:
+    """Copy the bundle as if ``rank`` ran on ``host`` whose clock reads ``shift_us`` later: every
+    timestamp moved exactly (decimal text: the traces' microsecond floats carry nanoseconds that a
+    float round trip would lose), the host renamed."""
+    shutil.copytree(src, dst)
+    path = dst / f"rank-{rank}.pt.trace.json.gz"
+    text = gzip.decompress(path.read_bytes()).decode()
+    moved = re.sub(r'("ts": )(-?[0-9.]+)', lambda m: m.group(1) + str(Decimal(m.group(2)) + Decimal(shift_us)), text)
+    moved, renamed = re.subn(r'"host_name": "[^"]*"', f'"host_name": "{host}"', moved)
+    assert renamed == 1
+    path.write_bytes(gzip.compress(moved.encode()))
+
+
+def _per_rank(result: dict) -> list[dict]:
+    """The per-rank figures: everything but what compares ranks."""
+    drop = ("clock_offset_ms", "comm_wait_ms", "comm_transfer_ms", "exposed_wait_ms")
+    return [{k: v for k, v in r.items() if k not in drop} for r in result["ranks"]]
+
+
+def test_ranks_of_one_host_share_its_clock(straggler_run):
+    result = analyze([str(straggler_run)], workers=2)
+    assert {r["clock_offset_ms"] for r in result["ranks"]} == {0.0}
+    for r in result["ranks"]:
+        assert r["comm_wait_ms"] + r["comm_transfer_ms"] == pytest.approx(r["comm_ms"], abs=1e-6)
+
+
+def test_a_clock_shift_of_a_few_ms_moves_the_estimate_by_it(straggler_run, tmp_path):
+    # rank 1 on another host, once with the same clock and once with one 3.7 ms ahead: the
+    # estimate moves by the shift to within 50 us (gloo's threads leave a collective up to ms
+    # apart on 2 loaded cores, so the estimate itself is only as good as those ends; the shift
+    # must not add to that), and no per-rank figure changes
+    same, ahead = tmp_path / "same", tmp_path / "ahead"
+    _move_rank(straggler_run, same, 1, "0", "elsewhere")
+    _move_rank(straggler_run, ahead, 1, "3700", "elsewhere")
+    base, a, b = (analyze([str(p)], workers=2) for p in (straggler_run, same, ahead))
+    offset = {name: {r["rank"]: r["clock_offset_ms"] for r in res["ranks"]} for name, res in (("a", a), ("b", b))}
+    assert offset["b"][1] - offset["a"][1] == pytest.approx(-3.7, abs=0.050)
+    assert offset["a"][0] == offset["a"][2] == offset["a"][3] == 0.0  # still one host
+    assert _per_rank(base) == _per_rank(a) == _per_rank(b)
+    assert base["steps"] == a["steps"] == b["steps"]
+    f = next(f for f in diagnose([str(ahead)], workers=2)["findings"] if f["id"] == "straggler")
+    assert f["details"]["late_rank"] == SLOW_RANK
