@@ -22,3 +22,7 @@ class UsageError(Exception):
 
 class CatalogBusy(UsageError):
     """The catalog file is locked by another process (DuckDB allows one writer)."""
+
+
+class RunNotFound(UsageError):
+    """No run of that id or name in the catalog."""
