@@ -10,7 +10,7 @@ from overlapscope.cli.tables import table
 HISTORY_COLUMNS = [
     ("run_id", "id"), ("name", "name"), ("created_at", "created (UTC)"), ("ranks", "ranks"),
     ("parallelism", "parallelism"), ("step_ms", "step_ms"), ("exposed_comm_ms", "exposed_ms"),
-    ("overlap_pct", "overlap_%"),
+    ("overlap_pct", "overlap_%"), ("pushed_by", "pushed by"), ("pruned", "pruned"),
 ]
 
 
@@ -61,5 +61,6 @@ def run_ingest(args) -> int:
 def run_history(args) -> int:
     con = open_catalog(args.db, read_only=True) if args.db or catalog.default_path().exists() else None
     rows = catalog.runs(con, args.run) if con is not None else []
+    shown = [{**r, "pruned": str(r["pruned_at"])[:10] if r["pruned_at"] else None} for r in rows]
     return emit({"runs": rows}, args.json,
-                lambda r: print(table(r["runs"], HISTORY_COLUMNS) if r["runs"] else "no runs in the catalog"))
+                lambda r: print(table(shown, HISTORY_COLUMNS) if shown else "no runs in the catalog"))

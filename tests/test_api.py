@@ -311,9 +311,10 @@ def _port_free(port: int) -> bool:
             return False
 
 
-def test_sigterm_stops_everything_within_5_s(tmp_path):
-    """SIGTERM to the dashboard's process only (not its group): 5 s later nothing it started
-    runs, the port is free and the catalog is not locked, even with a push in flight."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_everything_within_5_s(tmp_path, sig):
+    """SIGTERM or SIGINT to the dashboard's process only (not its group): 5 s later nothing it
+    started runs, the port is free and the catalog is not locked, even with a push in flight."""
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{TOKEN} ci\n")
     db = tmp_path / "catalog.duckdb"
@@ -325,11 +326,11 @@ def test_sigterm_stops_everything_within_5_s(tmp_path):
         inflight = threading.Thread(target=lambda: _ignore_errors(push_raw, url, body, "inflight"), daemon=True)
         inflight.start()
         time.sleep(0.3)
-        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, sig)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and (proc.poll() is None or _session_processes(proc.pid)):
             time.sleep(0.05)
-        assert proc.poll() is not None, "the dashboard still runs 5 s after SIGTERM"
+        assert proc.poll() is not None, f"the dashboard still runs 5 s after {sig.name}"
         assert _session_processes(proc.pid) == [], "a process it started outlived it"
         assert _port_free(port)
     finally:

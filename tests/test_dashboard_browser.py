@@ -128,8 +128,13 @@ def test_history_draws_one_line_per_name_and_marks_the_regression(tmp_path):
         catalog.ingest(con, [str(SAMPLES / "ddp_tiny_buckets")], "tiny")
     con.close()
     ARTIFACTS.mkdir(exist_ok=True)
-    proc, url = start_server(db)
+    proc, url = start_server(db)  # without API tokens: reads only
     try:
+        from test_api import push_raw, request, zipped
+
+        assert request(url, "GET", "/health")[1]["writes"] is False
+        status, answer = push_raw(url, zipped(SAMPLES / "ddp"), "refused", token="any-token-at-all-12345")
+        assert status == 403 and "--api-tokens" in answer["error"]
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch_persistent_context(
                 tempfile.mkdtemp(dir=tmp_path), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
