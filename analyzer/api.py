@@ -25,9 +25,12 @@ def analyze(paths: list[str], workers: int | None = None) -> dict:
 
 
 def analyze_run(con, run_id: int) -> dict:
-    """``analyze`` for a run already in a store."""
-    result = overlap.compute(con, run_id)
-    return {"run": run_info(con, run_id).describe(), "headline": headline(result), **result}
+    """``analyze`` for a run already in a store; for a pruned run, the figures stored at ingest."""
+    from overlapscope.analyzer.store import catalog
+
+    info = run_info(con, run_id)
+    result = catalog.figures(con, run_id) if info.pruned_at is not None else overlap.compute(con, run_id)
+    return {"run": info.describe(), "headline": headline(result), **result}
 
 
 def buckets(paths: list[str], workers: int | None = None, tokens: float | None = None) -> dict:
@@ -43,6 +46,7 @@ def buckets(paths: list[str], workers: int | None = None, tokens: float | None =
 def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
     from overlapscope.analyzer.predict import buckets as buckets_report
 
+    run_info(con, run_id).require_events()
     a = buckets_report.analysis(con, run_id, tokens)
     return {"run": a.info.describe(), **buckets_report.report(a)}
 
@@ -58,6 +62,7 @@ def diagnose_run(con, run_id: int, tokens: float | None = None) -> dict:
     from overlapscope.analyzer import checklist
     from overlapscope.analyzer.predict import buckets as buckets_report
 
+    run_info(con, run_id).require_events()
     a = buckets_report.analysis(con, run_id, tokens)
     result = checklist.diagnose(con, a)
     return {"run": a.info.describe(), "headline": headline(a.overlap, failed(result["findings"])), **result}

@@ -26,3 +26,7 @@ class CatalogBusy(UsageError):
 
 class CatalogWriteError(UsageError):
     """The catalog's file cannot take the run (a full or read-only disk): nothing was stored."""
+
+
+class RunNotFound(UsageError):
+    """No run of that id or name in the catalog."""

@@ -14,7 +14,9 @@ from overlapscope.cli.tables import clean
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from overlapscope.cli import analyze as cli_analyze, buckets as cli_buckets, catalog as cli_catalog, dashboard as cli_dashboard, diagnose as cli_diagnose, model as cli_model
+    from overlapscope.cli import (analyze as cli_analyze, buckets as cli_buckets, catalog as cli_catalog,
+                                  check as cli_check, dashboard as cli_dashboard, diagnose as cli_diagnose,
+                                  model as cli_model, push as cli_push, retention as cli_retention)
 
     parser = argparse.ArgumentParser(
         prog="overlapscope",
@@ -23,7 +25,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (cli_analyze, cli_buckets, cli_diagnose, cli_model, cli_catalog, cli_dashboard):
+    for module in (cli_analyze, cli_buckets, cli_diagnose, cli_model, cli_catalog, cli_check, cli_retention,
+                   cli_push, cli_dashboard):
         module.add_parser(sub)
     return parser
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.cli.common import describe, emit
+from overlapscope.cli.common import describe, emit, open_catalog
 from overlapscope.cli.tables import table
 
 HISTORY_COLUMNS = [
     ("run_id", "id"), ("name", "name"), ("created_at", "created (UTC)"), ("ranks", "ranks"),
     ("parallelism", "parallelism"), ("step_ms", "step_ms"), ("exposed_comm_ms", "exposed_ms"),
-    ("overlap_pct", "overlap_%"),
+    ("overlap_pct", "overlap_%"), ("pushed_by", "pushed by"), ("pruned", "pruned"),
 ]
 
 
-def _tags(pairs: list[str]) -> dict:
+def parse_tags(pairs: list[str]) -> dict:
     tags = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
@@ -26,7 +26,9 @@ def _tags(pairs: list[str]) -> dict:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("ingest", help="store a run in the catalog",
-                       description="Store per-rank traces as one run in the catalog (all of it or nothing).")
+                       description="Store per-rank traces as one run in the catalog (all of it or nothing). When "
+                                   "another process holds the catalog, wait for it (up to "
+                                   "$OVERLAPSCOPE_CATALOG_WAIT_S seconds, default 120).")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--run", required=True, metavar="NAME", help="the run's name (runs may share a name)")
     p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="a tag (repeatable)")
@@ -46,10 +48,10 @@ def run_ingest(args) -> int:
     opened = []
 
     def open_con():  # after the decode workers have forked
-        opened.append(catalog.open_catalog(args.db))
+        opened.append(open_catalog(args.db))
         return opened[0]
 
-    run_id = catalog.ingest(None, args.paths, args.run, _tags(args.tag), workers=args.workers, open_con=open_con)
+    run_id = catalog.ingest(None, args.paths, args.run, parse_tags(args.tag), workers=args.workers, open_con=open_con)
     row = next(r for r in catalog.runs(opened[0], args.run) if r["run_id"] == run_id)
     result = {"run_id": run_id, "name": args.run, **{k: row[k] for k in catalog.HISTORY_FIGURES},
               "headline": row["headline"]}
@@ -57,7 +59,8 @@ def run_ingest(args) -> int:
 
 
 def run_history(args) -> int:
-    con = catalog.open_catalog(args.db, read_only=True) if args.db or catalog.default_path().exists() else None
+    con = open_catalog(args.db, read_only=True) if args.db or catalog.default_path().exists() else None
     rows = catalog.runs(con, args.run) if con is not None else []
+    shown = [{**r, "pruned": str(r["pruned_at"])[:10] if r["pruned_at"] else None} for r in rows]
     return emit({"runs": rows}, args.json,
-                lambda r: print(table(r["runs"], HISTORY_COLUMNS) if r["runs"] else "no runs in the catalog"))
+                lambda r: print(table(shown, HISTORY_COLUMNS) if shown else "no runs in the catalog"))

@@ -2,8 +2,35 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.cli.tables import clean
+
+ENV_WAIT_S = "OVERLAPSCOPE_CATALOG_WAIT_S"
+DEFAULT_WAIT_S = 120.0  # a CI job should not fail over a catalog another process holds for seconds
+
+
+def catalog_wait_s() -> float:
+    """How long a command waits for a catalog another process holds (``$OVERLAPSCOPE_CATALOG_WAIT_S``)."""
+    raw = os.environ.get(ENV_WAIT_S, "")
+    try:
+        wait_s = float(raw) if raw else DEFAULT_WAIT_S
+    except ValueError:
+        raise UsageError(f"${ENV_WAIT_S} must be a number of seconds, got {raw!r}") from None
+    if wait_s < 0:
+        raise UsageError(f"${ENV_WAIT_S} must be 0 or more seconds, got {raw!r}")
+    return wait_s
+
+
+def open_catalog(db, read_only: bool = False):
+    """The catalog for a command: when another process holds it, say so once and wait (bounded)."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.open_catalog(db, read_only=read_only, wait_s=catalog_wait_s(),
+                                on_wait=lambda message: print(f"overlapscope: {message}", file=sys.stderr,
+                                                              flush=True))
 
 
 def add_source_arguments(p) -> None:
@@ -23,7 +50,7 @@ def stored_run(args):
         return None
     from overlapscope.analyzer.store import catalog
 
-    con = catalog.open_catalog(args.db, read_only=True)
+    con = open_catalog(args.db, read_only=True)
     return con, catalog.resolve_run(con, args.run)
 
 

@@ -1,48 +1,46 @@
-"""``overlapscope dashboard``: start the Streamlit dashboard on the catalog.
+"""``overlapscope dashboard``: serve the dashboard and its HTTP API on the catalog.
 
-The catalog path and limits reach the app through environment variables
-(``dashboard/settings.py`` reads them); Streamlit runs as a child process.
+The pages and the API run in this process (``dashboard/server.py``): stopping
+it (Ctrl+C, SIGTERM) stops everything it started. The catalog path and limits
+reach the pages through environment variables (``dashboard/settings.py``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.store import catalog
+from overlapscope.cli.common import open_catalog
 
 DEFAULT_PORT = 8501
-
-
-def app_path() -> Path:
-    """The dashboard's entry script (``dashboard/app.py`` of the installed package)."""
-    spec = importlib.util.find_spec("overlapscope.dashboard")
-    if spec is None or not spec.submodule_search_locations:
-        raise UsageError("the dashboard package is not installed (pip install overlapscope)")
-    return Path(list(spec.submodule_search_locations)[0]) / "app.py"
+DEFAULT_ADDRESS = "127.0.0.1"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("dashboard", help="start the Streamlit dashboard on the catalog",
-                       description="Start the dashboard (Streamlit) on the catalog. On an empty catalog the "
-                                   "sample runs are loaded first.")
+    p = sub.add_parser("dashboard", help="serve the dashboard and its HTTP API on the catalog",
+                       description="Serve the dashboard (Streamlit) and the HTTP API (/api/v1) on the catalog, "
+                                   "in one process on one port. On an empty catalog the sample runs are loaded "
+                                   "first.")
     p.add_argument("--db", metavar="FILE", help="the catalog file (default: $OVERLAPSCOPE_DB or the user data dir)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port to serve on (default {DEFAULT_PORT})")
     p.add_argument("--address", default=None, metavar="HOST",
-                   help="the address to listen on (default: Streamlit's, all interfaces)")
+                   help=f"the address to listen on (default {DEFAULT_ADDRESS}: this machine only; "
+                        "0.0.0.0 or :: for every interface)")
     p.add_argument("--max-upload-mb", type=int, default=None, metavar="MB",
-                   help="largest upload in MiB (default: $OVERLAPSCOPE_MAX_UPLOAD_MB or 2048)")
+                   help="largest upload or push in MiB (default: $OVERLAPSCOPE_MAX_UPLOAD_MB or 2048)")
+    p.add_argument("--api-tokens", metavar="FILE", default=None,
+                   help="the file of 'TOKEN NAME' lines whose tokens may push runs (default: "
+                        "$OVERLAPSCOPE_API_TOKENS; none: the API refuses writes)")
     p.add_argument("--no-samples", action="store_true", help="do not load the sample runs into an empty catalog")
     p.set_defaults(func=run_dashboard)
 
 
-def streamlit_command(args, environ=None) -> tuple[list[str], dict]:
-    """The ``streamlit run`` command line and environment for ``args``."""
-    from overlapscope.dashboard.settings import ENV_DB, ENV_MAX_UPLOAD_MB, ENV_NO_SAMPLES
+def server_environment(args, environ=None) -> dict:
+    """The environment the pages read their settings from (``dashboard/settings.py``)."""
+    from overlapscope.dashboard.settings import ENV_API_TOKENS, ENV_DB, ENV_MAX_UPLOAD_MB, ENV_NO_SAMPLES
 
     env = dict(os.environ if environ is None else environ)
     db = Path(args.db).expanduser() if args.db else catalog.default_path()
@@ -53,39 +51,34 @@ def streamlit_command(args, environ=None) -> tuple[list[str], dict]:
         env[ENV_MAX_UPLOAD_MB] = str(args.max_upload_mb)
     if args.no_samples:
         env[ENV_NO_SAMPLES] = "1"
+    if args.api_tokens:
+        env[ENV_API_TOKENS] = str(Path(args.api_tokens).expanduser().resolve())
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be 1-65535, got {args.port}")
-    upload_mb = settings(env).max_upload_mb
-    argv = [sys.executable, "-m", "streamlit", "run", str(app_path()),
-            "--server.port", str(args.port),
-            "--server.headless", "true",
-            # Streamlit's own per-file limit; the app enforces the total
-            "--server.maxUploadSize", str(upload_mb),
-            "--browser.gatherUsageStats", "false",
-            "--server.fileWatcherType", "none",  # no polling of the source files: this is not a dev server
-            "--client.toolbarMode", "viewer"]  # no "Deploy" button: this is a local tool
-    if args.address:
-        argv += ["--server.address", args.address]
-    return argv, env
+    return env
 
 
 def settings(env: dict):
-    """The dashboard's settings as the app will read them from ``env``; a bad one fails in one line."""
+    """The dashboard's settings as the pages will read them from ``env``; a bad one fails in one line."""
+    from overlapscope.dashboard import auth
     from overlapscope.dashboard.settings import from_env
 
     try:
-        return from_env(env)
+        chosen = from_env(env)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    if chosen.api_tokens is not None:
+        auth.load(chosen.api_tokens)  # a bad token file stops the start, naming the line
+    return chosen
 
 
 def _prepare(chosen) -> None:
     """Create the catalog and load the samples now, so the first page opens at once."""
-    import duckdb
+    from overlapscope.analyzer.errors import CatalogBusy
 
     try:
-        con = catalog.open_catalog(chosen.db)
-    except (duckdb.IOException, UsageError) as err:  # another process holds it: the app retries on each page
+        con = open_catalog(chosen.db)
+    except CatalogBusy as err:  # the pages and the API wait for it on each use
         print(f"overlapscope: note: {err}", file=sys.stderr)
         return
     try:
@@ -97,13 +90,19 @@ def _prepare(chosen) -> None:
 
 
 def run_dashboard(args) -> int:
-    argv, env = streamlit_command(args)
+    from overlapscope.dashboard import server
+
+    env = server_environment(args)
     chosen = settings(env)
+    address = args.address or DEFAULT_ADDRESS
+    os.environ.update(env)  # the pages run in this process and read their settings from it
     _prepare(chosen)
-    print(f"overlapscope dashboard on http://{args.address or 'localhost'}:{args.port} "
-          f"(catalog {chosen.db}); Ctrl+C stops it", file=sys.stderr)
-    proc = subprocess.Popen(argv, env=env)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:  # Streamlit got the same Ctrl+C and shuts down
-        return 0 if proc.wait() in (0, -2) else 130
+    url = f"http://{f'[{address}]' if ':' in address else address}:{args.port}"
+    writes = ("pushes need a token from " + str(chosen.api_tokens)) if chosen.api_tokens else \
+        "no API tokens: the API refuses writes"
+    print(f"overlapscope dashboard on {url} (catalog {chosen.db}); API at {url}/api/v1, {writes}; "
+          "Ctrl+C stops it", file=sys.stderr, flush=True)
+    if not chosen.api_tokens and not server.is_loopback(address):
+        print(f"overlapscope: warning: listening on {address} without API tokens: anyone who reaches it can read "
+              "the catalog; the Upload page is off (give --api-tokens FILE)", file=sys.stderr, flush=True)
+    return server.serve(chosen, args.port, address)

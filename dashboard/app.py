@@ -1,4 +1,4 @@
-"""The dashboard's entry: ``overlapscope dashboard`` runs ``streamlit run`` on this file.
+"""The dashboard's entry: ``overlapscope dashboard`` serves this script (``server.py``).
 
 It prepares the catalog (the sample runs go into an empty one), draws the run
 picker and the page menu, and runs the chosen page from ``views/``.
@@ -21,8 +21,9 @@ PAGES = {
         ("views/checklist.py", "Checklist", ":material/checklist:"),
     ],
     "Catalog": [
-        ("views/upload.py", "Upload", ":material/upload:"),
+        ("views/history.py", "History", ":material/timeline:"),
         ("views/compare.py", "Compare", ":material/compare_arrows:"),
+        ("views/upload.py", "Upload", ":material/upload:"),
     ],
 }
 

@@ -262,3 +262,36 @@ def compare_groups(rows: list[dict], metric: str = "exposed_ms") -> alt.Chart:
         color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY])),
         tooltip=["run:N", "group:N", alt.Tooltip(f"{metric}:Q", format=".3f")],
     ).properties(height=max(120, 36 * len(groups)))
+
+
+# --- history -----------------------------------------------------------------------
+
+PICK = "pick"  # the History chart's click selection (Streamlit returns the picked run's id)
+
+
+def history(rows: list[dict], metric: str, title: str) -> alt.LayerChart:
+    """A headline metric over time: one line per run name, a point per run (click: that
+    run), and the runs that regressed against the previous run of their name marked with
+    a red triangle. Tooltips name the run, its tags and who pushed it. Drawn as SVG."""
+    df = _frame([{**r, "stored": r["created_at"], "created_at": f"{r['created_at']}Z".replace(" ", "T")}
+                 for r in rows],
+                ["run_id", "name", "created_at", "stored", "value", "tags", "pushed_by", "regression", "worse_pct"])
+    names = list(dict.fromkeys(r["name"] for r in rows))
+    x = alt.X("created_at:T", title="stored (UTC)", scale=alt.Scale(type="utc"),
+              axis=alt.Axis(format="%b %d %H:%M", labelOverlap=True))
+    y = alt.Y("value:Q", title=title, scale=alt.Scale(zero=False))
+    color = alt.Color("name:N", title="run name", sort=names, scale=alt.Scale(scheme="tableau10"))
+    tooltip = [alt.Tooltip("name:N"), alt.Tooltip("run_id:O", title="run"),
+               alt.Tooltip("stored:N", title="stored (UTC)"), alt.Tooltip("value:Q", title=metric, format=".3f"),
+               alt.Tooltip("tags:N"), alt.Tooltip("pushed_by:N", title="pushed by"),
+               alt.Tooltip("worse_pct:Q", title="worse than the previous run (%)", format=".1f")]
+    base = alt.Chart(df)
+    lines = base.mark_line(strokeWidth=2).encode(x=x, y=y, color=color)
+    pick = alt.selection_point(name=PICK, fields=["run_id"], on="click")
+    points = base.mark_point(filled=True, size=70, cursor="pointer").encode(
+        x=x, y=y, color=color, tooltip=tooltip).add_params(pick)
+    marked = base.transform_filter(alt.datum.regression).mark_point(
+        shape="triangle-up", filled=True, size=260, color=HIGHLIGHT, stroke="white", strokeWidth=1).encode(
+        x=x, y=y, tooltip=tooltip)
+    return alt.layer(lines, points, marked).properties(
+        height=340, usermeta={"embedOptions": {"renderer": "svg"}})

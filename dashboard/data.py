@@ -1,117 +1,61 @@
-"""The dashboard's only door to the catalog: short connections, cached analyses.
+"""The dashboard's only door to the catalog: shared access, cached analyses.
 
-DuckDB lets one process hold a read-write connection, or any number of
-processes read-only ones, never both. So the dashboard opens a read-only
-connection for each analysis and closes it at once (``overlapscope ingest`` in
-another process waits at most for one analysis), and a read-write one only for
-an upload. Inside this process a read-write lock keeps the two apart (DuckDB
-refuses two configurations of one file in one process). Analyses are cached per
-(catalog, run id, run creation time): switching pages recomputes nothing, and a
-run replaced under the same id (a new catalog file) is never served stale.
+This process shares one DuckDB instance of the catalog (``analyzer/store/access.py``):
+each render reads on its own cursor (committed runs only), and every write (an
+upload, a push through the API) runs on the catalog's single writer thread, so
+pages, uploads and pushes never race. Served by ``overlapscope dashboard``, the
+file stays open for a moment after each use; elsewhere (tests) it is closed
+after each. When another process holds the file, a page waits up to ``WAIT_S``
+and then says so. Analyses are cached per (catalog, run id, run creation time):
+switching pages recomputes nothing, and a run replaced under the same id (a new
+catalog file) is never served stale.
 
 Every function here calls an analyzer function and returns what it returns.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import duckdb
 import streamlit as st
 
-from overlapscope.analyzer import api, sql
+from overlapscope.analyzer import api, gate, sql
 from overlapscope.analyzer.errors import CatalogBusy  # also what a page shows after WAIT_S
 from overlapscope.analyzer.measure import collectives, timeline as timeline_analysis
-from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer.store import access, catalog
 from overlapscope.analyzer.store.runinfo import run_info
 
 WAIT_S = 10.0  # how long a page waits for a catalog another process is writing
-RETRY_S = 0.2
-
-
-class _ReadWriteLock:
-    """Many readers or one writer, with a timeout."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    @contextmanager
-    def hold(self, write: bool, timeout_s: float):
-        with self._cond:
-            free = (lambda: not self._writer and self._readers == 0) if write else (lambda: not self._writer)
-            if not self._cond.wait_for(free, timeout=timeout_s):
-                raise CatalogBusy("the catalog is busy in this dashboard (an upload is being stored)")
-            if write:
-                self._writer = True
-            else:
-                self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                if write:
-                    self._writer = False
-                else:
-                    self._readers -= 1
-                self._cond.notify_all()
-
-
-_LOCKS: dict[str, _ReadWriteLock] = {}
-_LOCKS_GUARD = threading.Lock()
-
-
-def _lock_for(db: str) -> _ReadWriteLock:
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(db, _ReadWriteLock())
-
-
-def _open(db: str, write: bool, wait_s: float):
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return catalog.open_catalog(db, read_only=not write)
-        except (duckdb.IOException, CatalogBusy):  # another process holds the file
-            if time.monotonic() > deadline:
-                raise CatalogBusy(f"{db}: the catalog is in use by another process "
-                                  "(an ingest?); try again in a moment") from None
-            time.sleep(RETRY_S)
 
 
 @contextmanager
-def connect(db: str, write: bool = False, wait_s: float | None = None):
-    """A connection to the catalog for one render or one action, closed afterwards.
+def connect(db: str, wait_s: float | None = None):
+    """A cursor on the catalog for one render, closed afterwards.
 
-    Waits up to ``wait_s`` (default ``WAIT_S``) for a lock another process holds,
+    Waits up to ``wait_s`` (default ``WAIT_S``) for a file another process holds,
     then raises ``CatalogBusy``.
     """
-    wait_s = WAIT_S if wait_s is None else wait_s
-    with _lock_for(db).hold(write, wait_s):
-        con = _open(db, write, wait_s)
-        try:
-            yield con
-        finally:
-            con.close()
+    with access.shared(db).read(WAIT_S if wait_s is None else wait_s) as con:
+        yield con
+
+
+def write(db: str, work, wait_s: float | None = None):
+    """``work(cursor)`` on the catalog's single writer, after the writes queued before it."""
+    return access.shared(db).write(work, WAIT_S if wait_s is None else wait_s)
 
 
 def prepare_catalog(db: str, load_samples: bool, samples_dir: str | None = None) -> list[int]:
-    """Create the catalog if needed; load the sample runs into an empty one.
-
-    Opens it read-write only when it is new or empty, so a dashboard on a
-    populated catalog never takes the write lock.
-    """
+    """Create the catalog if needed; load the sample runs into an empty one."""
     if Path(db).exists():
         with connect(db) as con:
             if sql.one(con, "catalog.count")[0] or not load_samples:
                 return []
-    with connect(db, write=True) as con:
-        if not load_samples:
-            return []
-        return catalog.ensure_samples(con, Path(samples_dir)) if samples_dir else catalog.ensure_samples(con)
+    if not load_samples:
+        write(db, lambda con: None)  # creates the file
+        return []
+    folder = Path(samples_dir) if samples_dir else catalog.SAMPLES_DIR
+    return write(db, lambda con: catalog.ensure_samples(con, folder))
 
 
 @st.cache_data(ttl=3, show_spinner=False)
@@ -132,6 +76,8 @@ def _core(db: str, run_id: int, run_stamp: str) -> dict:
     the attribution reuses the overlap tables the analysis just built."""
     with connect(db) as con:
         result = api.analyze_run(con, run_id)
+        if result["run"]["pruned_at"] is not None:  # no events left to attribute
+            return {"analysis": result, "attribution": []}
         return {"analysis": result, "attribution": collectives.compute(con, run_info(con, run_id))}
 
 
@@ -183,12 +129,36 @@ def timeline(db: str, run_id: int, run_stamp: str, step: int, ranks: tuple[int, 
                                           aligned=aligned)
 
 
-def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None) -> int:
-    """Store a run (``catalog.ingest``: all of it or nothing); return its id.
+def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None, pushed_by: str | None = None,
+           limits=None) -> int:
+    """Store a run (decoded here, stored by the catalog's writer: all of it or nothing); its id.
 
     Safe to call from a worker thread (no Streamlit calls); call ``runs.clear()``
     afterwards so the new run shows in the picker at once. ``on_decoded(done,
-    total)`` reports each decoded file.
+    total)`` reports each decoded file. ``limits``: the input caps (uploads pass
+    ``limits.for_uploads``: what anyone who reaches the page may send).
     """
-    with connect(db, write=True) as con:
-        return catalog.ingest(con, paths, name, tags, on_decoded=on_decoded)
+    decoded = catalog.decode(paths, on_decoded=on_decoded, workers=1, limits=limits)
+    prepared = catalog.prepare(decoded)  # the analysis runs here, not in the writer
+    return write(db, lambda con: catalog.store(con, decoded, name, tags, pushed_by=pushed_by, prepared=prepared))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def figures(db: str, run_id: int, run_stamp: str) -> dict:
+    """The per-rank and per-step figures stored at ingest (what a pruned run keeps)."""
+    with connect(db) as con:
+        return catalog.figures(con, run_id)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def findings(db: str, run_id: int, run_stamp: str) -> list[dict]:
+    """The checklist's findings as stored at ingest."""
+    with connect(db) as con:
+        return sql.rows(con, "catalog.findings", run_id=run_id)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def comparison(db: str, run_id: int, run_stamp: str, baseline_id: int, baseline_stamp: str) -> dict:
+    """``gate.compare``: every headline metric, every bucket or unit by its change, warnings."""
+    with connect(db) as con:
+        return gate.compare(con, run_id, baseline_id, top=None)

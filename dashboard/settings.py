@@ -13,6 +13,7 @@ ENV_MAX_UPLOAD_MB = "OVERLAPSCOPE_MAX_UPLOAD_MB"
 ENV_NO_SAMPLES = "OVERLAPSCOPE_NO_SAMPLES"
 ENV_TIMELINE_MARKS = "OVERLAPSCOPE_TIMELINE_MARKS"
 ENV_SAMPLES_DIR = "OVERLAPSCOPE_SAMPLES_DIR"
+ENV_API_TOKENS = "OVERLAPSCOPE_API_TOKENS"
 DEFAULT_MAX_UPLOAD_MB = 2048
 DEFAULT_TIMELINE_MARKS = 2000
 BYTES_PER_MB = 1024 * 1024
@@ -32,6 +33,9 @@ class Settings:
     """Most marks one timeline chart draws before lanes merge into busy blocks (``$OVERLAPSCOPE_TIMELINE_MARKS``)."""
     samples_dir: Path = catalog.SAMPLES_DIR
     """Where the sample runs are (one folder per run): ``$OVERLAPSCOPE_SAMPLES_DIR``, else ``sample_traces/``."""
+    api_tokens: Path | None = None
+    """The token file (``token name`` lines) that lets clients write: ``$OVERLAPSCOPE_API_TOKENS``;
+    None: the API refuses writes."""
 
     def __post_init__(self):
         if self.max_upload_bytes <= 0:
@@ -69,4 +73,5 @@ def from_env(environ=None) -> Settings:
         load_samples=environ.get(ENV_NO_SAMPLES, "") not in ("1", "true", "yes"),
         timeline_marks=_int(environ, ENV_TIMELINE_MARKS, DEFAULT_TIMELINE_MARKS),
         samples_dir=Path(environ.get(ENV_SAMPLES_DIR) or catalog.SAMPLES_DIR),
+        api_tokens=Path(environ[ENV_API_TOKENS]).expanduser().resolve() if environ.get(ENV_API_TOKENS) else None,
     )

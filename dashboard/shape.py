@@ -225,3 +225,31 @@ def compare_groups(results: dict[str, dict], top: int = 30) -> list[dict]:
         worst[r["group"]] = max(worst[r["group"]], r["exposed_ms"] or 0)
     keep = set(sorted(worst, key=lambda g: -worst[g])[:top])
     return [r for r in rows if r["group"] in keep]
+
+
+# --- history -------------------------------------------------------------------------
+
+
+def history_rows(runs: list[dict], metric: str, regressions: dict[int, float | None]) -> list[dict]:
+    """One row per run (oldest first) with the headline ``metric``, its tags and who pushed it,
+    and whether it regressed against the previous run of its name (``gate.regressions``)."""
+    rows = []
+    for r in sorted(runs, key=lambda r: r["run_id"]):
+        tags = r.get("tags") or {}
+        rows.append({"run_id": r["run_id"], "name": r["name"], "created_at": str(r["created_at"] or "")[:19],
+                     "value": (r.get("headline") or {}).get(metric),
+                     "tags": ", ".join(f"{k}={v}" for k, v in sorted(tags.items())) or "–",
+                     "pushed_by": r.get("pushed_by") or "–", "pruned": bool(r.get("pruned_at")),
+                     "regression": r["run_id"] in regressions, "worse_pct": regressions.get(r["run_id"])})
+    return rows
+
+
+def history_names(rows: list[dict]) -> list[dict]:
+    """Per run name: its runs, the latest value and the regressions marked."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        entry = out.setdefault(r["name"], {"name": r["name"], "runs": 0, "latest_run": None, "latest": None,
+                                           "regressions": 0})
+        entry.update(runs=entry["runs"] + 1, latest_run=r["run_id"], latest=r["value"])
+        entry["regressions"] += r["regression"]
+    return sorted(out.values(), key=lambda e: e["name"])

@@ -71,7 +71,7 @@ def default_run_name(names: list[str]) -> str:
     return common or (stems[0] if stems else "upload")
 
 
-def _safe_name(name: str) -> str:
+def safe_name(name: str) -> str:
     base = os.path.basename(name.replace("\\", "/"))
     return re.sub(r"[^\w.+-]", "_", base) or "upload.json"
 
@@ -81,17 +81,18 @@ def save(files, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for f in files:
-        path = folder / _safe_name(f.name)
+        path = folder / safe_name(f.name)
         n = 1
         while path.exists():  # two uploads of one name keep both
-            path = folder / f"{n}-{_safe_name(f.name)}"
+            path = folder / f"{n}-{safe_name(f.name)}"
             n += 1
         path.write_bytes(f.getbuffer())
         paths.append(path)
     return paths
 
 
-def _display(err: Exception, folder: Path) -> str:
+def display_error(err: Exception, folder: Path) -> str:
+    """The error's line without the temporary folder the uploads were saved in."""
     return str(err).replace(f"{folder}{os.sep}", "")
 
 
@@ -107,7 +108,7 @@ def check_each(paths: list[Path], folder: Path) -> list[str]:
         try:
             inputs.resolve([str(path)])
         except InputError as err:
-            errors.append(_display(err, folder))
+            errors.append(display_error(err, folder))
     return errors
 
 
@@ -120,7 +121,7 @@ def find_bad_files(paths: list[Path], folder: Path, known: str) -> list[str]:
         try:
             api.analyze([str(path)], workers=1)
         except (InputError, UsageError) as err:
-            errors.append(_display(err, folder))
+            errors.append(display_error(err, folder))
     return errors
 
 
@@ -176,6 +177,7 @@ def store(ingest, files, folder: Path, name: str, tags: dict, on_progress) -> Ou
         run_id = run_with_progress(lambda: ingest([str(p) for p in paths], name, tags, on_decoded=on_decoded),
                                    on_progress, expected_seconds(paths), decoded)
     except InputError as err:
-        return Outcome(errors=find_bad_files(paths, folder, _display(err, folder)), seconds=time.monotonic() - start)
+        return Outcome(errors=find_bad_files(paths, folder, display_error(err, folder)),
+                       seconds=time.monotonic() - start)
     on_progress(1.0, time.monotonic() - start)
     return Outcome(run_id=run_id, seconds=time.monotonic() - start)

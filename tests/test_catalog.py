@@ -144,5 +144,5 @@ def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db):
     assert con.execute("SELECT count(*) FROM annotation_roles").fetchone()[0] == roles
     assert con.execute("SELECT count(*) FROM collectives WHERE kind = 'all_reduce' AND family = 'reduce'"
                        ).fetchone()[0] > 0
-    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "2"
+    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "3"
     assert run_id == after["run_id"]

@@ -8,6 +8,7 @@ Screenshots go to ``test-artifacts/``.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -108,3 +109,56 @@ def test_upload_then_overview_timeline_and_checklist(tmp_path, dashboard_bundles
         stop_server(proc)
     for shot in ("upload", "overview", "timeline", "checklist"):
         assert (ARTIFACTS / f"dashboard-{shot}.png").stat().st_size > 10_000
+
+
+def test_history_draws_one_line_per_name_and_marks_the_regression(tmp_path):
+    """Three runs of one name (ddp, ddp, then the straggler: exposed comm grows ~17x) and two of
+    another: the History page draws two lines, one red triangle on the straggler's run, and a
+    click on that run opens its Overview."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    expect = sync_api.expect
+    from conftest import SAMPLES
+    from overlapscope.analyzer.store import catalog
+
+    db = tmp_path / "catalog.duckdb"
+    con = catalog.open_catalog(db)
+    for bundle in ("ddp", "ddp", "ddp_straggler"):
+        catalog.ingest(con, [str(SAMPLES / bundle)], "nightly", {"branch": "main"})
+    for _ in range(2):
+        catalog.ingest(con, [str(SAMPLES / "ddp_tiny_buckets")], "tiny")
+    con.close()
+    ARTIFACTS.mkdir(exist_ok=True)
+    proc, url = start_server(db)  # without API tokens: reads only
+    try:
+        from test_api import push_raw, request, zipped
+
+        assert request(url, "GET", "/health")[1]["writes"] is False
+        status, answer = push_raw(url, zipped(SAMPLES / "ddp"), "refused", token="any-token-at-all-12345")
+        assert status == 403 and "--api-tokens" in answer["error"]
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch_persistent_context(
+                tempfile.mkdtemp(dir=tmp_path), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                viewport={"width": 1400, "height": 1000})
+            page = browser.new_page()
+            page.goto(f"{url}/history")
+            _settle(page)
+            expect(page.get_by_role("heading", name="History")).to_be_visible(timeout=WAIT_MS)
+            _charts_drawn(page, 1)
+            _no_exception(page)
+            chart = page.locator(CHART).first
+            # the chart is SVG: one path per line, one symbol per run, one triangle per regression
+            expect(chart.locator("g.mark-line path")).to_have_count(2)
+            symbols = chart.locator("g.mark-symbol")
+            points, marks = symbols.nth(0), symbols.nth(1)
+            expect(points.locator("path")).to_have_count(5)
+            expect(marks.locator("path")).to_have_count(1)
+            expect(page.get_by_text("Showing 5 runs of 2 names")).to_be_visible()
+            expect(page.get_by_role("heading", name="Regressions (1)")).to_be_visible()
+            page.screenshot(path=str(ARTIFACTS / "dashboard-history.png"), full_page=True)
+            marks.locator("path").first.click(force=True)
+            expect(page.get_by_role("heading", name="Overview · nightly")).to_be_visible(timeout=WAIT_MS)
+            expect(page.get_by_role("combobox", name="Run")).to_have_value(re.compile(r"^nightly · #3 "))
+            browser.close()
+    finally:
+        stop_server(proc)
+    assert (ARTIFACTS / "dashboard-history.png").stat().st_size > 10_000

@@ -1,4 +1,4 @@
-"""``overlapscope dashboard``: the command line it runs, the catalog it prepares, a real start."""
+"""``overlapscope dashboard``: its settings, the catalog it prepares, a real start."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from overlapscope.dashboard.settings import from_env
 
 
 def args(**kw) -> Namespace:
-    base = dict(db=None, port=8501, address=None, max_upload_mb=None, no_samples=False)
+    base = dict(db=None, port=8501, address=None, max_upload_mb=None, no_samples=False, api_tokens=None)
     return Namespace(**{**base, **kw})
 
 
@@ -28,28 +28,32 @@ def test_help_lists_the_options(capsys):
         cli.main(["dashboard", "--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    for option in ("--db", "--port", "--max-upload-mb", "--no-samples", "--address"):
+    for option in ("--db", "--port", "--max-upload-mb", "--no-samples", "--address", "--api-tokens"):
         assert option in out
 
 
-def test_streamlit_command_and_environment(tmp_path):
-    argv, env = cli_dashboard.streamlit_command(args(db=str(tmp_path / "c.duckdb"), port=9123, max_upload_mb=64,
-                                                     no_samples=True, address="127.0.0.1"), environ={})
-    assert argv[:4] == [sys.executable, "-m", "streamlit", "run"]
-    assert Path(argv[4]) == Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-    assert argv[argv.index("--server.port") + 1] == "9123"
-    assert argv[argv.index("--server.maxUploadSize") + 1] == "64"
-    assert argv[argv.index("--server.address") + 1] == "127.0.0.1"
-    assert argv[argv.index("--browser.gatherUsageStats") + 1] == "false"
-    settings = from_env(env)  # what the app will read
+def test_server_environment_and_streamlit_options(tmp_path):
+    from overlapscope.dashboard import server
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("0123456789abcdef0123 ci\n")
+    env = cli_dashboard.server_environment(args(db=str(tmp_path / "c.duckdb"), port=9123, max_upload_mb=64,
+                                                no_samples=True, address="127.0.0.1", api_tokens=str(tokens)),
+                                           environ={})
+    settings = from_env(env)  # what the pages will read
     assert settings.db_path == (tmp_path / "c.duckdb").resolve()
     assert settings.max_upload_bytes == 64 * 1024 * 1024 and not settings.load_samples
+    assert settings.api_tokens == tokens.resolve()
+    options = server.streamlit_options(settings, 9123, "127.0.0.1")
+    assert options["server.port"] == 9123 and options["server.maxUploadSize"] == 64
+    assert options["server.address"] == "127.0.0.1" and options["browser.gatherUsageStats"] is False
+    assert server.app_path() == Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 
 
 def test_default_catalog_is_the_user_data_dir(tmp_path):
-    _, env = cli_dashboard.streamlit_command(args(), environ={})
+    env = cli_dashboard.server_environment(args(), environ={})
     assert env["OVERLAPSCOPE_DB"] == str(catalog.default_path().resolve())
-    assert from_env(env).load_samples
+    assert from_env(env).load_samples and from_env(env).api_tokens is None
 
 
 @pytest.mark.parametrize("bad", [dict(port=0), dict(port=70000), dict(max_upload_mb=0)])
@@ -70,27 +74,35 @@ def test_bad_setting_in_the_environment_fails_in_one_line(capsys, monkeypatch, t
     assert "OVERLAPSCOPE_TIMELINE_MARKS" in capsys.readouterr().err
 
 
-def test_it_prepares_the_catalog_and_runs_streamlit(monkeypatch, tmp_path, dashboard_bundles):
+def test_it_prepares_the_catalog_and_serves(monkeypatch, tmp_path, dashboard_bundles):
+    from overlapscope.dashboard import server
+
+    for name in ("OVERLAPSCOPE_DB", "OVERLAPSCOPE_MAX_UPLOAD_MB", "OVERLAPSCOPE_NO_SAMPLES", "OVERLAPSCOPE_API_TOKENS"):
+        monkeypatch.delenv(name, raising=False)  # the command sets them in this process: undone after the test
     samples = tmp_path / "samples"
     samples.mkdir()
     (samples / "one").symlink_to(dashboard_bundles[0], target_is_directory=True)
     monkeypatch.setenv("OVERLAPSCOPE_SAMPLES_DIR", str(samples))
-    launched = {}
-
-    class FakeProcess:
-        def __init__(self, argv, env):
-            launched.update(argv=argv, env=env)
-
-        def wait(self):
-            return 0
-
-    monkeypatch.setattr(cli_dashboard.subprocess, "Popen", FakeProcess)
+    served = {}
+    monkeypatch.setattr(server, "serve", lambda settings, port, address: served.update(
+        settings=settings, port=port, address=address) or 0)
     db = tmp_path / "new" / "catalog.duckdb"
     assert cli.main(["dashboard", "--db", str(db), "--port", "8765"]) == 0
-    assert launched["env"]["OVERLAPSCOPE_DB"] == str(db.resolve())
+    assert served["settings"].db_path == db.resolve() and served["port"] == 8765
+    assert served["address"] == "127.0.0.1", "without --address it listens on this machine only"
+    assert os.environ["OVERLAPSCOPE_DB"] == str(db.resolve()), "the pages read their settings from the process"
     con = catalog.open_catalog(db, read_only=True)
     assert [r["name"] for r in catalog.runs(con)] == ["sample/one"]
     con.close()
+
+
+def test_a_bad_token_file_stops_the_start_in_one_line(capsys, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# the team's tokens\nshort ci\n")
+    assert cli.main(["dashboard", "--db", str(tmp_path / "c.duckdb"), "--api-tokens", str(tokens)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tokens}:2: the token is shorter than 16 characters" in err
+    assert "short" not in err.replace("shorter", ""), "the token itself is never printed"
 
 
 def _free_port() -> int:

@@ -13,7 +13,7 @@ from overlapscope.analyzer.store import catalog
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 RUN_PAGES = ["views/overview.py", "views/timeline.py", "views/buckets.py", "views/model.py",
-             "views/checklist.py", "views/compare.py"]
+             "views/checklist.py", "views/compare.py", "views/history.py"]
 PAGES = RUN_PAGES + ["views/upload.py"]
 TIMEOUT_S = 60
 
@@ -136,7 +136,7 @@ def test_model_page_on_both_runs(monkeypatch, dashboard_db):
 def test_checklist_lists_failed_findings_first(monkeypatch, dashboard_db):
     at = open_app(monkeypatch, dashboard_db, "views/checklist.py")
     no_errors(at)
-    expanders = at.expander
+    expanders = at.main.expander  # the sidebar holds the run filter's expander
     assert expanders, "one expander per finding"
     order = {":material/cancel:": 0, ":material/warning:": 1, ":material/check_circle:": 2,
              ":material/remove_circle_outline:": 3}
@@ -204,3 +204,105 @@ def test_a_catalog_locked_by_another_process_gives_a_message(monkeypatch, tmp_pa
     at.run()
     no_errors(at)
     assert at.title[0].value.startswith("Overview · ")
+
+
+# --- history, the run filter, compare, pruned runs ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nightly_db(tmp_path_factory):
+    """ddp twice, then the straggler (exposed comm ~17x), as 'nightly'; the fsdp sample as 'other'."""
+    from conftest import SAMPLES
+
+    db = tmp_path_factory.mktemp("history") / "catalog.duckdb"
+    con = catalog.open_catalog(db)
+    for bundle, name in (("ddp", "nightly"), ("fsdp_per_block", "other"), ("ddp", "nightly"),
+                         ("ddp_straggler", "nightly")):
+        catalog.ingest(con, [str(SAMPLES / bundle)], name, {"branch": "main" if name == "nightly" else "dev"})
+    con.close()
+    return db
+
+
+def test_history_marks_the_regression(monkeypatch, nightly_db):
+    at = open_app(monkeypatch, nightly_db, "views/history.py")
+    no_errors(at)
+    (spec,) = charts(at)
+    assert len(spec["layer"]) == 3 and spec["layer"][0]["mark"]["type"] == "line"
+    rows = [r for r in chart_rows(at) if "run_id" in r]
+    assert sorted(r["run_id"] for r in rows) == [1, 2, 3, 4]
+    assert {r["run_id"] for r in rows if r["regression"]} == {4}, "only the straggler regressed"
+    assert next(r for r in rows if r["run_id"] == 2)["name"] == "other"
+    assert any(c.value.startswith("Showing 4 runs of 2 names") for c in at.caption)
+    assert any(h.value == "Regressions (1)" for h in at.subheader)
+    # exposed comm grew about 17x (1,656 %): a bound of 2,000 % lets it pass
+    at.number_input(key="history_bound").set_value(2000.0).run()
+    assert any(h.value == "Regressions (0)" for h in at.subheader)
+    # overlap % (higher is better) fell from 33 % to 19 %: a regression downwards
+    at.segmented_control(key="history_metric").set_value("overlap_pct").run()
+    at.number_input(key="history_bound").set_value(10.0).run()
+    no_errors(at)
+    assert {r["run_id"] for r in chart_rows(at) if r.get("regression")} == {4}
+
+
+def test_the_run_picker_filters_by_name_and_tag(monkeypatch, nightly_db):
+    at = open_app(monkeypatch, nightly_db, "views/overview.py")
+    assert len(at.sidebar.selectbox[0].options) == 4
+    at.sidebar.multiselect(key="runs_tag_filter").set_value(["branch=dev"]).run()
+    no_errors(at)
+    assert at.sidebar.selectbox[0].value == 2 and len(at.sidebar.selectbox[0].options) == 1
+    at.sidebar.multiselect(key="runs_tag_filter").set_value([]).run()
+    at.sidebar.multiselect(key="runs_name_filter").set_value(["nightly"]).run()
+    assert len(at.sidebar.selectbox[0].options) == 3
+    at.switch_page("views/history.py").run()
+    assert any(c.value.startswith("Showing 3 runs of 1 names") for c in at.caption)
+
+
+def test_compare_colours_by_better_or_worse_and_warns(monkeypatch, nightly_db):
+    at = open_app(monkeypatch, nightly_db, "views/compare.py")
+    at.selectbox(key="cmp_a").set_value(3).run()
+    at.selectbox(key="cmp_b").set_value(4).run()  # B, the straggler, against A
+    no_errors(at)
+    step, exposed, overlap, _comm = at.metric
+    red, green = step.proto.MetricColor.RED, step.proto.MetricColor.GREEN
+    up, down = step.proto.MetricDirection.UP, step.proto.MetricDirection.DOWN
+    # B is worse on all three: times went up (lower is better), overlap went down (higher is better)
+    assert [(m.proto.direction, m.proto.color) for m in (step, exposed, overlap)] == [(up, red), (up, red),
+                                                                                       (down, red)]
+    at.selectbox(key="cmp_a").set_value(4).run()
+    at.selectbox(key="cmp_b").set_value(3).run()  # the other way round: all better
+    assert [m.proto.color for m in at.metric[:3]] == [green, green, green]
+    at.selectbox(key="cmp_a").set_value(3).run()
+    at.selectbox(key="cmp_b").set_value(4).run()
+    assert not at.warning, "same world size and parallelism"
+    groups = at.dataframe[-1].value
+    assert groups["bucket or unit"][0].startswith("bucket ") and groups["B − A (ms)"][0] > 0
+    at.selectbox(key="cmp_a").set_value(2).run()  # the fsdp run: another parallelism
+    assert any("parallelism differs" in w.value for w in at.warning)
+
+
+def test_a_pruned_run_says_so_where_events_are_needed(monkeypatch, tmp_path, nightly_db):
+    import shutil
+
+    from overlapscope.analyzer.store import retention
+
+    db = tmp_path / "pruned.duckdb"
+    shutil.copy(nightly_db, db)
+    con = catalog.open_catalog(db)
+    findings_before = con.execute("SELECT count(*) FROM findings WHERE run_id = 1").fetchone()[0]
+    retention.prune(con, [1])
+    con.close()
+    at = open_app(monkeypatch, db, "views/overview.py")
+    at.sidebar.selectbox[0].set_value(1).run()
+    no_errors(at)
+    assert at.metric[0].value.endswith("ms") and any("Pruned on" in c.value for c in at.caption)
+    for page in ("views/timeline.py", "views/buckets.py", "views/model.py"):
+        at.switch_page(page).run()
+        no_errors(at)
+        assert any("was pruned on" in i.value for i in at.info), page
+    at.switch_page("views/checklist.py").run()
+    no_errors(at)
+    assert len(at.main.expander) == findings_before
+    at.switch_page("views/compare.py").run()
+    no_errors(at)
+    at.switch_page("views/history.py").run()
+    no_errors(at)

@@ -58,8 +58,14 @@ def _keys(value, out: set) -> set:
     return out
 
 
+def documented_gaps(value, own=("k",)) -> list[str]:
+    """The keys of a JSON value that neither the README nor docs/json.md names (``own``: the
+    user's own tag keys)."""
+    return sorted(k for k in _keys(value, set()) - set(own) if f"`{k}`" not in README + JSON_DOC)
+
+
 def test_every_json_key_is_in_the_readme(tmp_path, capsys, monkeypatch):
-    """Each key that analyze, buckets, diagnose, ingest, history and model print with --json
+    """Each key that analyze, buckets, diagnose, ingest, history, check, prune, delete and model print with --json
     is named in the README or docs/json.md (users' scripts read them: a key nobody
     documented is a key nobody can rely on)."""
     import json
@@ -72,7 +78,12 @@ def test_every_json_key_is_in_the_readme(tmp_path, capsys, monkeypatch):
                 ["buckets", str(SAMPLES / "fsdp_per_block"), "--json"],
                 ["diagnose", str(SAMPLES / "ddp"), "--json"],
                 ["ingest", str(SAMPLES / "ddp"), "--run", "docs", "--tag", "k=v", "--json"],
+                ["ingest", str(SAMPLES / "ddp"), "--run", "docs", "--json"],
                 ["history", "--json"],
+                ["check", "--run", "docs", "--json"],
+                ["prune", "--keep-last", "1", "--json"],
+                ["analyze", "--run", "1", "--json"],
+                ["delete", "1", "--json"],
                 ["model", "memory", "--params", "13B", "--gpus", "32", "--group", "8", "--json"],
                 ["model", "comm", "--params", "13B", "--gpus", "32", "--stage", "hsdp", "--group", "8", "--json"],
                 ["model", "hide", "--flops", "400T", "--bandwidth", "50G", "--gpus", "32", "--tokens", "4096",
@@ -81,9 +92,8 @@ def test_every_json_key_is_in_the_readme(tmp_path, capsys, monkeypatch):
     for argv in commands:
         capsys.readouterr()
         assert main(argv) == 0, argv
-        keys = _keys(json.loads(capsys.readouterr().out), set())
-        keys -= {"k"}  # the user's own tag
-        gone = sorted(k for k in keys if f"`{k}`" not in README + JSON_DOC)
+        keys = documented_gaps(json.loads(capsys.readouterr().out))
+        gone = keys
         if gone:
             missing[" ".join(argv[:2])] = gone
     assert missing == {}

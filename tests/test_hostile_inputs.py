@@ -4,9 +4,7 @@ Each input goes through both decoders (the C scanner and msgspec), which must ag
 
 from __future__ import annotations
 
-import copy
 import json
-import os
 import time
 import zipfile
 

@@ -145,6 +145,42 @@ def check_ranks(ranks: list[RankData], manifest: Manifest | None = None, manifes
                                 f"{seen_par['file']} shows {seen_par['parallelism_seen']}")
 
 
+@dataclass
+class Decoded:
+    """A run decoded and checked, not stored yet: what ``store`` inserts in one transaction."""
+
+    inputs: Inputs
+    ranks: list[RankData]
+    source: str  # the input paths, space separated
+
+
+def decode(paths: list[str], detail: str = "full", workers: int | None = None, on_decoded=None,
+           while_waiting=None, limits: Limits | None = None) -> Decoded:
+    """Resolve, decode and check the traces at ``paths`` (no store involved).
+
+    A server decodes a pushed run here, outside its single writer, and hands the
+    result to ``store``; ``while_waiting`` runs while worker processes decode.
+    """
+    if detail not in DETAILS:
+        raise ValueError(f"detail must be one of {DETAILS}")
+    limits = limits or limits_from_env()
+    inputs: Inputs = resolve(paths, limits)
+    ranks = decode_all(inputs.sources, detail=detail, workers=workers, while_waiting=while_waiting,
+                       on_decoded=on_decoded, limits=limits)
+    check_ranks(ranks, inputs.manifest, inputs.manifest_source)
+    ranks.sort(key=lambda r: r.meta["rank"])
+    return Decoded(inputs, ranks, " ".join(paths))
+
+
+def store(con, decoded: Decoded, name: str | None = None, tags: dict | None = None, after=None,
+          pushed_by: str | None = None) -> int:
+    """Insert a decoded run into ``con`` in one transaction (store.database.insert_run); its id."""
+    from overlapscope.analyzer.store import database
+
+    return database.insert_run(con, decoded.ranks, name or decoded.source, decoded.source, decoded.inputs.manifest,
+                               tags, after=after, manifest_text=decoded.inputs.manifest_text, pushed_by=pushed_by)
+
+
 def load(paths: list[str], con=None, name: str | None = None, tags: dict | None = None,
          detail: str = "full", workers: int | None = None, on_decoded=None, open_con=None, after=None,
          limits: Limits | None = None) -> Loaded:
@@ -156,25 +192,15 @@ def load(paths: list[str], con=None, name: str | None = None, tags: dict | None 
     an open DuckDB connection makes forking them unsafe. ``after(con, run_id)``
     runs inside the insert's transaction (store.database.insert_run).
     """
-    limits = limits or limits_from_env()
-    inputs: Inputs = resolve(paths, limits)
     opened = {"con": con}
 
     def open_store():  # duckdb is imported here, after the workers have forked
-        from overlapscope.analyzer.store import database as store
+        from overlapscope.analyzer.store import database
 
         if opened["con"] is None:
-            opened["con"] = open_con() if open_con else store.connect()
+            opened["con"] = open_con() if open_con else database.connect()
 
-    if detail not in DETAILS:
-        raise ValueError(f"detail must be one of {DETAILS}")
-    ranks = decode_all(inputs.sources, detail=detail, workers=workers, while_waiting=open_store,
-                       on_decoded=on_decoded, limits=limits)
-    check_ranks(ranks, inputs.manifest, inputs.manifest_source)
-    ranks.sort(key=lambda r: r.meta["rank"])
-    from overlapscope.analyzer.store import database as store
-
-    con = opened["con"]
-    run_id = store.insert_run(con, ranks, name or " ".join(paths), " ".join(paths), inputs.manifest, tags,
-                              after=after, manifest_text=inputs.manifest_text)
-    return Loaded(con, run_id, inputs.manifest)
+    decoded = decode(paths, detail=detail, workers=workers, on_decoded=on_decoded, while_waiting=open_store,
+                     limits=limits)
+    run_id = store(opened["con"], decoded, name, tags, after=after)
+    return Loaded(opened["con"], run_id, decoded.inputs.manifest)

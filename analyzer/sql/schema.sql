@@ -22,7 +22,10 @@ CREATE TABLE IF NOT EXISTS runs (
     manifest     JSON,                 -- the tracer's manifest.json, NULL for foreign traces
     tags         JSON,                 -- user tags {key: value}
     parallelism  VARCHAR,              -- ddp, fsdp, hsdp from the manifest; NULL when it has none
-    headline     JSON                  -- analyzer/headline.py at ingest (history, the dashboard, CI)
+    headline     JSON,                 -- analyzer/headline.py at ingest (history, the dashboard, CI)
+    pushed_by    VARCHAR,              -- the name of the API token that pushed it; NULL: stored locally
+    pruned_at    TIMESTAMP             -- when prune dropped its raw events (events, tracks, collectives,
+                                       -- flows, memory, annotation_roles); NULL: complete
 );
 
 -- One row per loaded rank (one trace file).
@@ -181,4 +184,63 @@ CREATE TABLE IF NOT EXISTS findings (
     evidence   VARCHAR,
     fix        VARCHAR,
     PRIMARY KEY (run_id, id)
+);
+
+-- What a run's analysis said at ingest, kept when prune drops its events: history,
+-- the CI gate and the dashboard read them for pruned runs (store/results.py).
+
+-- Per rank: analyze's `ranks` rows (times in ms).
+CREATE TABLE IF NOT EXISTS rank_metrics (
+    run_id           INTEGER NOT NULL,
+    rank             INTEGER NOT NULL,
+    device_kind      VARCHAR,
+    steps            BIGINT,   -- profiled steps with a window
+    step_ms          DOUBLE,   -- median step
+    compute_ms       DOUBLE,   -- over the whole trace, like the figures below
+    comm_ms          DOUBLE,
+    exposed_comm_ms  DOUBLE,
+    overlap_pct      DOUBLE,
+    idle_ms          DOUBLE,
+    other_ms         DOUBLE,
+    span_ms          DOUBLE,
+    hta_overlap_pct  DOUBLE,
+    clock_offset_ms  DOUBLE,   -- this rank's clock offset from the reference rank's (measure/waits.py)
+    comm_wait_ms     DOUBLE,   -- comm spent waiting for the last peer to arrive; NULL without a peer loaded
+    comm_transfer_ms DOUBLE,   -- comm after the last arrival (comm_wait_ms + comm_transfer_ms = comm_ms)
+    exposed_wait_ms  DOUBLE,   -- the part of the exposed comm spent waiting
+    PRIMARY KEY (run_id, rank)
+);
+
+-- Per rank and profiled step: analyze's `steps` rows (times in ms).
+CREATE TABLE IF NOT EXISTS step_metrics (
+    run_id           INTEGER NOT NULL,
+    rank             INTEGER NOT NULL,
+    step             BIGINT NOT NULL,
+    step_ms          DOUBLE,
+    compute_ms       DOUBLE,
+    comm_ms          DOUBLE,
+    exposed_comm_ms  DOUBLE,
+    overlap_pct      DOUBLE,
+    idle_ms          DOUBLE,
+    other_ms         DOUBLE,
+    spill_in_ms      DOUBLE,
+    spill_out_ms     DOUBLE,
+    PRIMARY KEY (run_id, rank, step)
+);
+
+-- Per DDP bucket, FSDP unit or other collective, and phase: the `buckets` summary
+-- (means per collective over ranks and steps, times in ms).
+CREATE TABLE IF NOT EXISTS group_metrics (
+    run_id                INTEGER NOT NULL,
+    kind                  VARCHAR,  -- ddp_bucket, fsdp_unit, other
+    id                    VARCHAR,  -- bucket index, unit FQN ('' the root), or the collective's name
+    phase                 VARCHAR,  -- forward_allgather, backward_allgather, reduce_scatter, allreduce, ...
+    count                 BIGINT,   -- collectives in the group
+    bytes                 BIGINT,
+    comm_ms               DOUBLE,
+    exposed_ms            DOUBLE,
+    busbw_gbps            DOUBLE,   -- median bus bandwidth, GB/s
+    predicted_comm_ms     DOUBLE,
+    predicted_exposed_ms  DOUBLE,
+    inferred              BOOLEAN   -- the bucket or unit was inferred, not annotated
 );

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from importlib import resources
 from pathlib import Path
 
 from overlapscope.analyzer import sql
 
-from overlapscope.analyzer.errors import CatalogBusy, CatalogWriteError, UsageError
-from overlapscope.analyzer.ingest.load import load
+from overlapscope.analyzer.errors import CatalogBusy, CatalogWriteError, RunNotFound, UsageError
+from overlapscope.analyzer.ingest.load import Decoded, decode as decode_traces, load, store as store_decoded
 
 # store (and with it duckdb) is imported inside the functions: a command that
 # decodes traces forks its workers before duckdb starts any thread.
@@ -23,6 +24,7 @@ from overlapscope.analyzer.ingest.load import load
 # The sample runs ship as package data (overlapscope.sample_traces): found the same way
 # in a checkout, an editable install and a wheel installed anywhere.
 SAMPLES_DIR = Path(str(resources.files("overlapscope.sample_traces")))
+RETRY_S = 0.25  # how often a wait for a catalog another process holds tries again
 
 
 def default_path() -> Path:
@@ -33,11 +35,32 @@ def default_path() -> Path:
     return base / "overlapscope" / "catalog.duckdb"
 
 
-def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False):
+def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 0.0,
+                 on_wait=None):
     """Open (creating it if needed) the catalog file and return a DuckDB connection.
 
     A catalog written by an older overlapscope is upgraded first (briefly read-write).
+    DuckDB lets one process write a file (or several read it): when another process
+    holds it, try again for up to ``wait_s`` seconds, calling ``on_wait(message)``
+    once, then raise ``CatalogBusy``.
     """
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            return _open(path, read_only)
+        except CatalogBusy as err:
+            if time.monotonic() >= deadline:
+                if wait_s > 0:
+                    raise CatalogBusy(f"{err} (still held after waiting {wait_s:g} s)") from None
+                raise
+            if on_wait is not None and not told:
+                on_wait(f"{err}; waiting up to {wait_s:g} s for it")
+                told = True
+            time.sleep(RETRY_S)
+
+
+def _open(path, read_only: bool):
     import duckdb
 
     from overlapscope.analyzer.store import database
@@ -54,8 +77,12 @@ def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False)
         except CatalogOutdated:
             database.connect(str(path)).close()  # upgrades in one transaction
             return database.connect(str(path), read_only=True)
-    except duckdb.IOException as err:  # another process holds the file (a running dashboard)
-        raise CatalogBusy(f"{path}: cannot open the catalog: {str(err).splitlines()[0]}") from None
+    except duckdb.IOException as err:
+        first = str(err).splitlines()[0]
+        if "lock" in first.lower():  # another process holds the file (a running dashboard): worth waiting for
+            raise CatalogBusy(f"{path}: the catalog is in use by another process ({first})") from None
+        # the disk itself (read-only, missing permission): waiting would not help
+        raise CatalogWriteError(f"{path}: cannot open the catalog: {first}") from None
 
 
 def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None,
@@ -92,18 +119,71 @@ def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: 
     return loaded.run_id
 
 
+def decode(paths: list[str], on_decoded=None, workers: int | None = None, limits=None) -> Decoded:
+    """Decode and check a run for the catalog without touching it (``store`` stores it);
+    ``limits``: the caps of the input (ingest.limits; uploads pass tighter ones)."""
+    return decode_traces(paths, detail="full", workers=workers, on_decoded=on_decoded, limits=limits)
+
+
+def prepare(decoded: Decoded) -> dict:
+    """The headline, findings and figures of a decoded run, computed on a private in-memory
+    store: the slow part of storing a run, done before (and beside) the catalog's writer."""
+    from overlapscope.analyzer.store import database, results
+
+    computed = {}
+    con = database.connect()
+    try:
+        store_decoded(con, decoded, "prepare", after=lambda c, run_id: computed.update(results.compute(c, run_id)))
+    finally:
+        con.close()
+    return computed
+
+
+def store(con, decoded: Decoded, name: str, tags: dict | None = None, pushed_by: str | None = None,
+          prepared: dict | None = None) -> int:
+    """Store a decoded run as ``name``, with its headline, findings and figures, in one transaction
+    (those of ``prepare`` when given, else computed here)."""
+    from overlapscope.analyzer.store import results
+
+    if not name:
+        raise UsageError("a run needs a name")
+    after = results.write if prepared is None else (lambda c, run_id: results.save(c, run_id, prepared))
+    return store_decoded(con, decoded, name, tags, after=after, pushed_by=pushed_by)
+
+
 # history's rows: these headline figures at the top level, as before the headline existed.
 HISTORY_FIGURES = ("step_ms", "exposed_comm_ms", "comm_ms", "overlap_pct")
 
 
-def runs(con, name: str | None = None) -> list[dict]:
-    """Stored runs (all, or those named ``name``), newest first, with their headline."""
+def runs(con, name: str | None = None, run_id: int | None = None) -> list[dict]:
+    """Stored runs (all, or those named ``name``, or run ``run_id``), newest first, with their headline."""
     out = []
-    for r in sql.rows(con, "catalog.runs", name=name):
+    for r in sql.rows(con, "catalog.runs", name=name, run_id=run_id):
         head = json.loads(r.pop("headline")) if r["headline"] else None
         r["tags"] = json.loads(r["tags"]) if r["tags"] else {}
         out.append({**r, **{k: head.get(k) if head else None for k in HISTORY_FIGURES}, "headline": head})
     return out
+
+
+def run(con, run_id: int) -> dict:
+    """One stored run as ``runs`` lists it; a missing one is a ``UsageError``."""
+    found = runs(con, run_id=run_id)
+    if not found:
+        raise RunNotFound(f"no run {run_id} in the catalog")
+    return found[0]
+
+
+def figures(con, run_id: int) -> dict:
+    """The per-rank and per-step figures stored at ingest: ``analyze``'s ``ranks`` and ``steps``."""
+    return {"ranks": sql.rows(con, "catalog.rank_metrics", run_id=run_id),
+            "steps": sql.rows(con, "catalog.step_metrics", run_id=run_id)}
+
+
+def detail(con, run_id: int) -> dict:
+    """A run with its per-rank figures and its findings, as stored at ingest (pruned runs too)."""
+    row = run(con, run_id)
+    return {**row, "rank_figures": sql.rows(con, "catalog.rank_metrics", run_id=run_id),
+            "findings": sql.rows(con, "catalog.findings", run_id=run_id)}
 
 
 def resolve_run(con, ref: str) -> int:
@@ -114,7 +194,7 @@ def resolve_run(con, ref: str) -> int:
         found = sql.one(con, "catalog.newest_of_name", name=ref)
         found = found if found and found[0] is not None else None
     if not found:
-        raise UsageError(f"no run {ref!r} in the catalog")
+        raise RunNotFound(f"no run {ref!r} in the catalog")
     return found[0]
 
 

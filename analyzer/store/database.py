@@ -37,7 +37,8 @@ def connect(path: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyC
     return con
 
 
-def _run_row(name: str, source: str, ranks: list[RankData], manifest: Manifest | None, manifest_text, tags) -> dict:
+def _run_row(name: str, source: str, ranks: list[RankData], manifest: Manifest | None, manifest_text, tags,
+             pushed_by: str | None = None) -> dict:
     metas = [r.meta for r in ranks]
     world = max((m["world_size"] or 0 for m in metas), default=0) or (max(m["rank"] for m in metas) + 1)
     backends = sorted({m["backend"] for m in metas if m["backend"]})
@@ -49,6 +50,7 @@ def _run_row(name: str, source: str, ranks: list[RankData], manifest: Manifest |
         "manifest": manifest_text or (contract_manifest.encode(manifest, indent=0).decode() if manifest else None),
         "tags": json.dumps(tags or {}),
         "parallelism": manifest.parallelism if manifest is not None else None,
+        "pushed_by": pushed_by,
     }
 
 
@@ -81,7 +83,7 @@ def _insert_table(con, table: str, run_id: int, rank: int, data) -> None:
 
 def insert_run(con: duckdb.DuckDBPyConnection, ranks: list[RankData], name: str, source: str,
                manifest: Manifest | None = None, tags: dict | None = None, after=None,
-               manifest_text: str | None = None) -> int:
+               manifest_text: str | None = None, pushed_by: str | None = None) -> int:
     """Store one run in a single transaction: all of it, or nothing.
 
     ``after(con, run_id)`` runs inside the same transaction once the rows are in
@@ -91,7 +93,8 @@ def insert_run(con: duckdb.DuckDBPyConnection, ranks: list[RankData], name: str,
     con.execute("BEGIN TRANSACTION")
     try:
         run_id = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()[0]
-        _insert_row(con, "runs", {"run_id": run_id, **_run_row(name, source, ranks, manifest, manifest_text, tags)})
+        _insert_row(con, "runs", {"run_id": run_id, **_run_row(name, source, ranks, manifest, manifest_text, tags,
+                                                                  pushed_by)})
         for r in ranks:
             _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(r)})
             for table in RANK_TABLES:

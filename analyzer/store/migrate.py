@@ -3,6 +3,9 @@
 Version 1 (no ``catalog_info``): runs without ``parallelism``, collectives
 without ``kind`` and ``family``, no ``annotation_roles``, no ``findings``.
 Version 2 stores what classification and the checklist derive once, at load.
+Version 3 adds who pushed a run and when it was pruned (``runs.pushed_by``,
+``runs.pruned_at``) and the figures per rank, step and bucket or unit that outlive
+a prune (``rank_metrics``, ``step_metrics``, ``group_metrics``).
 A catalog of a newer version than this code knows is refused in one line.
 """
 
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 from overlapscope.analyzer.errors import UsageError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class CatalogOutdated(UsageError):
@@ -57,6 +60,9 @@ def upgrade(con, found: int | None) -> None:
     try:
         if found == 1:
             _from_1(con)
+        if found in (1, 2):
+            _from_2(con)
+            _recompute(con)
         con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
         con.execute("COMMIT")
     except BaseException:
@@ -98,7 +104,22 @@ def _from_1(con) -> None:
     roles = [(run, rank, name, *role) for run, rank, name in names if (role := classify.annotation_role(name))]
     if roles:
         con.executemany("INSERT INTO annotation_roles VALUES (?, ?, ?, ?, ?)", roles)
-    # the headline and findings of every stored run, by today's definitions
+
+
+def _from_2(con) -> None:
+    for column, kind in (("dropped_events", "JSON"), ("name_rank", "INTEGER")):  # in version 2 of later builds
+        if column not in _columns(con, "ranks"):
+            con.execute(f"ALTER TABLE ranks ADD COLUMN {column} {kind}")
+    columns = _columns(con, "runs")
+    if "pushed_by" not in columns:
+        con.execute("ALTER TABLE runs ADD COLUMN pushed_by VARCHAR")
+    if "pruned_at" not in columns:
+        con.execute("ALTER TABLE runs ADD COLUMN pruned_at TIMESTAMP")
+
+
+def _recompute(con) -> None:
+    """The headline, findings and figures of every stored run, by today's definitions
+    (no run of an older catalog is pruned: pruning came with version 3)."""
     from overlapscope.analyzer.store import results
 
     for (run_id,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall():

@@ -1,5 +1,7 @@
 """What the catalog derives once, at ingest, and stores with a run: its headline
-(``runs.headline`` and the ``metrics`` rows) and the checklist's findings.
+(``runs.headline`` and the ``metrics`` rows), the checklist's findings, and the
+figures per rank, step and bucket or unit (``rank_metrics``, ``step_metrics``,
+``group_metrics``), which outlive the raw events when a run is pruned.
 
 Written inside the ingest's transaction (``store.database.insert_run``'s ``after``),
 and again for every stored run when an older catalog is upgraded.
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+
 from overlapscope.analyzer import checklist, sql
 from overlapscope.analyzer.headline import failed, headline
 from overlapscope.analyzer.predict import buckets
@@ -16,13 +20,34 @@ from overlapscope.analyzer.predict import buckets
 # The headline's numbers, as rows of the metrics table (for CI gates and SQL).
 METRICS = ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "exposed_pct",
            "slowest_rank")
+# The stored figures: table -> (registered name, insert query, columns of analyze's rows).
+RANK_COLUMNS = ("rank", "device_kind", "steps", "step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
+                "idle_ms", "other_ms", "span_ms", "hta_overlap_pct", "clock_offset_ms", "comm_wait_ms",
+                "comm_transfer_ms", "exposed_wait_ms")
+STEP_COLUMNS = ("rank", "step", "step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "idle_ms",
+                "other_ms", "spill_in_ms", "spill_out_ms")
+GROUP_COLUMNS = ("kind", "id", "phase", "count", "bytes", "comm_ms", "exposed_ms", "busbw_gbps", "predicted_comm_ms",
+                 "predicted_exposed_ms", "inferred")
+_FIGURES = (("rank_metrics", RANK_COLUMNS), ("step_metrics", STEP_COLUMNS), ("group_metrics", GROUP_COLUMNS))
 
 
-def write(con, run_id: int) -> dict:
-    """Compute and store a run's headline and findings; return the headline."""
+def compute(con, run_id: int) -> dict:
+    """A run's headline, findings and figures (what ``save`` stores), from its rows in ``con``.
+
+    A server computes them on a private in-memory store of the run, outside the
+    catalog's single writer, and the writer only saves them.
+    """
     a = buckets.analysis(con, run_id)
     findings = checklist.diagnose(con, a)["findings"]
-    head = headline(a.overlap, failed(findings))
+    groups = [{**g, "id": None if g["id"] is None else str(g["id"])} for g in buckets.summary(a.collectives)]
+    return {"headline": headline(a.overlap, failed(findings)), "findings": findings,
+            "figures": {"rank_metrics": a.overlap["ranks"], "step_metrics": a.overlap["steps"],
+                        "group_metrics": groups}}
+
+
+def save(con, run_id: int, computed: dict) -> dict:
+    """Store what ``compute`` derived as run ``run_id``'s; return the headline."""
+    head, findings = computed["headline"], computed["findings"]
     con.execute(sql.query("catalog.set_headline"), {"run_id": run_id, "headline": json.dumps(head)})
     con.execute(sql.query("catalog.delete_metrics"), {"run_id": run_id})
     con.execute(sql.query("catalog.delete_findings"), {"run_id": run_id})
@@ -31,4 +56,24 @@ def write(con, run_id: int) -> dict:
     con.executemany(sql.query("catalog.insert_finding"),
                     [{"run_id": run_id, **{k: f[k] for k in ("id", "status", "severity", "impact_ms", "title",
                                                              "evidence", "fix")}} for f in findings])
+    _write_figures(con, run_id, computed["figures"])
     return head
+
+
+def write(con, run_id: int) -> dict:
+    """Compute and store a run's headline, findings and figures; return the headline."""
+    return save(con, run_id, compute(con, run_id))
+
+
+def _write_figures(con, run_id: int, rows_of: dict[str, list[dict]]) -> None:
+    """Replace the run's rows of each figures table (one insert per table, from Arrow)."""
+    for table, columns in _FIGURES:
+        con.execute(sql.query(f"catalog.delete_{table}"), {"run_id": run_id})
+        rows = rows_of[table]
+        if not rows:
+            continue
+        con.register("_figures", pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows]))
+        try:
+            con.execute(sql.query(f"catalog.insert_{table}"), {"run_id": run_id})
+        finally:
+            con.unregister("_figures")

@@ -32,6 +32,7 @@ class RunInfo:
     tags: dict = field(default_factory=dict)
     created_at: object = None
     ranks: list[dict] = field(default_factory=list)  # rank, file, device_names, hostname, device_memory_bytes
+    pruned_at: object = None  # when prune dropped the raw events (None: complete)
 
     @property
     def parallelism(self) -> str | None:
@@ -56,6 +57,7 @@ class RunInfo:
             "missing_ranks": self.missing_ranks(),
             "dropped_events": self.dropped_events(),
             "warnings": self.warnings(),
+            "pruned_at": self.pruned_at,
         }
 
     def missing_ranks(self) -> list[int]:
@@ -86,6 +88,13 @@ class RunInfo:
             if r["name_rank"] is not None:
                 out.append(f"{r['file']}: the file name says rank {r['name_rank']}, distributedInfo says {r['rank']}")
         return out
+
+    def require_events(self) -> None:
+        """Stop an analysis that reads raw events when prune dropped them, in one line."""
+        if self.pruned_at is not None:
+            raise UsageError(f"run {self.run_id} ({self.name}) was pruned on {str(self.pruned_at)[:10]}: its raw "
+                             "events are gone; its headline, per-rank and per-step figures and findings remain "
+                             "(analyze --run, history, check)")
 
     def device_memory_bytes(self) -> tuple[int | None, str | None]:
         """The smallest device memory over the ranks and where it comes from (trace, manifest)."""
@@ -119,10 +128,10 @@ def run_info(con, run_id: int) -> RunInfo:
     found = sql.one(con, "run.run", run_id=run_id)
     if found is None:
         raise UsageError(f"no run {run_id} in the store")
-    run_id, name, source, world, backend, device_kind, manifest_text, _parallelism, tags, created = found
+    run_id, name, source, world, backend, device_kind, manifest_text, _parallelism, tags, created, pruned = found
     try:
         manifest = contract.decode(manifest_text.encode()) if manifest_text else contract.EMPTY
     except contract.ManifestError:  # stored by an older version that did not check it
         manifest = contract.EMPTY
     return RunInfo(run_id, name, source, world, backend, device_kind, manifest, manifest_text is not None,
-                   json.loads(tags) if tags else {}, created, sql.rows(con, "run.ranks", run_id=run_id))
+                   json.loads(tags) if tags else {}, created, sql.rows(con, "run.ranks", run_id=run_id), pruned)

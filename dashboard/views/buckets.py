@@ -23,6 +23,7 @@ def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
     st.title(f"Buckets & units · {run['name']}")
+    context.require_events(run, "its collectives")
     result = data.buckets(*ctx.key())
     summary = result["summary"]
     if not summary:

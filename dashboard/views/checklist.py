@@ -21,7 +21,12 @@ def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
     st.title(f"Checklist · {run['name']}")
-    findings = shape.sorted_findings(data.diagnosis(*ctx.key())["findings"])
+    if run.get("pruned_at"):  # the checklist as it ran at ingest: its evidence is in the findings
+        st.caption(f"Run #{run['run_id']} was pruned on {str(run['pruned_at'])[:10]}: these are the findings "
+                   "stored when it was ingested.")
+        findings = shape.sorted_findings(data.findings(*ctx.key()))
+    else:
+        findings = shape.sorted_findings(data.diagnosis(*ctx.key())["findings"])
     if not findings:
         st.info("The checklist has no findings for this run.")
         return

@@ -1,18 +1,25 @@
-"""Compare: two runs side by side, per step and per bucket or unit."""
+"""Compare: two runs side by side, what got better or worse, and which buckets or units changed most.
+
+Everything here comes from what the catalog stored at ingest (headline, per-step
+figures, per-bucket/unit figures), so pruned runs compare too.
+"""
 
 from __future__ import annotations
 
 import polars as pl
 import streamlit as st
 
+from overlapscope.analyzer import gate
 from overlapscope.dashboard import charts, context, data, shape
 
 # The headline's figures (analyzer/headline.py: the median step of the slowest rank).
 HEADLINE = (("step_ms", "Step", "ms"), ("exposed_comm_ms", "Exposed comm", "ms"),
             ("overlap_pct", "Overlap", "%"), ("comm_ms", "Comm", "ms"))
+TOP_GROUPS = 30  # rows of the table
+TOP_CHART = 15  # groups in the chart
 
 
-def _pick(ctx) -> tuple[dict, dict] | None:
+def _pick(ctx) -> tuple[dict, dict]:
     by_id = {r["run_id"]: r for r in ctx.runs}
     ids = list(by_id)
     first = ctx.run["run_id"]
@@ -25,13 +32,42 @@ def _pick(ctx) -> tuple[dict, dict] | None:
     return by_id[a], by_id[b]
 
 
-def _headline(a: dict, b: dict) -> None:
+def _headline(a: dict, b: dict, comparison: dict) -> None:
+    """Run B's figures with the change from run A, green when B is better, red when worse."""
+    rows = {m["metric"]: m for m in comparison["metrics"]}
     cols = st.columns(len(HEADLINE))
     for col, (key, label, unit) in zip(cols, HEADLINE):
-        va, vb = a.get(key), b.get(key)
-        delta = None if va is None or vb is None else f"{vb - va:+.2f} {unit} (B - A)"
-        col.metric(label, "–" if vb is None else f"{vb:.2f} {unit}", delta, delta_color="off",
-                   help=f"Run B; run A: {'–' if va is None else f'{va:.2f} {unit}'}")
+        row = rows[key]
+        va, vb = row["baseline_value"], row["value"]
+        same = row["change"] == 0
+        delta = None if row["change"] is None else "same as A" if same else f"{row['change']:+.2f} {unit} (B − A)"
+        col.metric(label, "–" if vb is None else f"{vb:.2f} {unit}", delta,
+                   delta_color="off" if same else "normal" if gate.HIGHER_IS_BETTER[key] else "inverse",
+                   delta_arrow="off" if same else "auto",
+                   help=f"Run B; run A: {'–' if va is None else f'{va:.2f} {unit}'}. Green: B is better.")
+
+
+def _side_by_side(comparison: dict) -> pl.DataFrame:
+    """Every headline metric of both runs, the change and whether B is better or worse."""
+    return pl.DataFrame([{"metric": m["metric"], "A": m["baseline_value"], "B": m["value"], "B − A": m["change"],
+                          "worse by %": m["worse_pct"], "B is": m["verdict"] or "–"}
+                         for m in comparison["metrics"]], infer_schema_length=None)
+
+
+def _groups(comparison: dict, names: dict) -> None:
+    changed = comparison["groups"]
+    if not changed:
+        st.info("Neither run has collectives.")
+        return
+    rows = [{"run": names[side], "group": g["label"], "exposed_ms": g[key]}
+            for g in changed[:TOP_CHART] for side, key in (("A", "baseline_exposed_ms"), ("B", "exposed_ms"))]
+    st.altair_chart(charts.compare_groups(rows, "exposed_ms"), width="stretch")
+    st.dataframe(pl.DataFrame([{"bucket or unit": g["label"], "A exposed_ms": g["baseline_exposed_ms"],
+                                "B exposed_ms": g["exposed_ms"], "B − A (ms)": g["change_ms"],
+                                "A comm_ms": g["baseline_comm_ms"], "B comm_ms": g["comm_ms"]}
+                               for g in changed[:TOP_GROUPS]], infer_schema_length=None), hide_index=True)
+    st.caption("Mean exposed time per collective of each bucket, unit or other collective, largest change "
+               "first; a group only one run has counts from zero.")
 
 
 def render() -> None:
@@ -43,7 +79,12 @@ def render() -> None:
         return
     a, b = _pick(ctx)
     names = {"A": f"A: {a['name']} #{a['run_id']}", "B": f"B: {b['name']} #{b['run_id']}"}
-    _headline(a, b)
+    comparison = data.comparison(ctx.db, b["run_id"], data.stamp(b), a["run_id"], data.stamp(a))
+    for warning in comparison["warnings"]:
+        st.warning(f"These runs may not be comparable: {warning}.", icon=":material/warning:")
+    _headline(a, b, comparison)
+    with st.expander("Every headline metric, side by side"):
+        st.dataframe(_side_by_side(comparison), hide_index=True)
     analyses = {names["A"]: data.analysis(*ctx.key(a)), names["B"]: data.analysis(*ctx.key(b))}
     st.subheader("Per profiled step (mean over ranks)")
     metric = st.segmented_control("Metric", ["step_ms", "exposed_comm_ms", "comm_ms", "compute_ms"],
@@ -52,16 +93,8 @@ def render() -> None:
     st.altair_chart(charts.compare_steps(step_rows, metric), width="stretch")
     st.caption("Steps are matched by position: the k-th profiled step of each run.")
 
-    st.subheader("Per bucket or unit (mean per collective)")
-    results = {names["A"]: data.buckets(*ctx.key(a)), names["B"]: data.buckets(*ctx.key(b))}
-    group_rows = shape.compare_groups(results)
-    if group_rows:
-        st.altair_chart(charts.compare_groups(group_rows, "exposed_ms"), width="stretch")
-        table = pl.DataFrame(group_rows, infer_schema_length=None).pivot(
-            on="run", index="group", values=["exposed_ms", "comm_ms"], aggregate_function="first")
-        st.dataframe(table, hide_index=True)
-    else:
-        st.info("Neither run has collectives.")
+    st.subheader("Per bucket or unit: what changed most")
+    _groups(comparison, names)
 
 
 render()

@@ -43,6 +43,9 @@ def render() -> None:
     st.caption(f"{info['world_size']} ranks in the job, {len(info['ranks_loaded'])} loaded · backend "
                f"{info['backend'] or '?'} · devices {', '.join(info['devices']) or '?'} · "
                f"parallelism {info['parallelism'] or 'not recorded'}")
+    if info.get("pruned_at"):
+        st.caption(f"Pruned on {str(info['pruned_at'])[:10]}: the figures below were stored at ingest; the "
+                   "raw events are gone.")
     if not result["steps"]:
         st.warning("No ProfilerStep windows in these traces: per-step figures need `prof.step()` in the "
                    "training loop. The per-rank figures below cover every profiled event.")

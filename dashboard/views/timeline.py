@@ -27,6 +27,7 @@ def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
     st.title(f"Timeline · {run['name']}")
+    context.require_events(run, "its timeline")
     result = data.analysis(*ctx.key())
     steps = data.steps(*ctx.key())
     if not steps:

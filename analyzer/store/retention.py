@@ -1,0 +1,104 @@
+"""What bounds the catalog's growth: prune old runs' raw events, delete runs, give the space back.
+
+A run's raw events (every slice, track, collective, flow, allocation and
+annotation range) are nearly all of its bytes. ``prune`` drops them and keeps
+what history, the CI gate and the dashboard's Overview and Compare read: the
+``runs`` row with its headline, the per-rank, per-step and per-bucket/unit
+figures, the findings and the step windows. ``delete`` removes a run whole.
+Both run in one transaction each. DuckDB reuses freed blocks but never shrinks
+its file, so ``compact`` rewrites it.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from overlapscope.analyzer import sql
+from overlapscope.analyzer.errors import UsageError
+
+# Tables holding a run's raw events: what prune drops.
+RAW_TABLES = ("events", "tracks", "collectives", "flows", "memory", "annotation_roles")
+# Everything else a run owns: what delete drops as well.
+KEPT_TABLES = ("steps", "ranks", "metrics", "findings", "rank_metrics", "step_metrics", "group_metrics")
+
+
+def to_prune(con, keep_last: int | None = None, name: str | None = None, older_than_days: float | None = None,
+             now: datetime | None = None) -> list[int]:
+    """The complete runs that prune would strip: of ``name`` (or all), beyond the newest
+    ``keep_last`` of each name, created more than ``older_than_days`` ago; oldest first."""
+    if keep_last is None and older_than_days is None:
+        raise UsageError("say which runs to prune: --keep-last N (per name) and/or --older-than DAYS")
+    if keep_last is not None and keep_last < 0:
+        raise UsageError(f"--keep-last must be 0 or more, got {keep_last}")
+    if older_than_days is not None and older_than_days < 0:
+        raise UsageError(f"--older-than must be 0 or more days, got {older_than_days}")
+    now = now or datetime.now(timezone.utc).replace(tzinfo=None)
+    before = now - timedelta(days=older_than_days) if older_than_days is not None else None
+    return [r[0] for r in sql.tuples(con, "retention.candidates", name=name, keep_last=keep_last, before=before)]
+
+
+def prune(con, run_ids: list[int]) -> list[int]:
+    """Drop the raw events of ``run_ids`` in one transaction and mark them pruned; the ids pruned."""
+    if not run_ids:
+        return []
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table in RAW_TABLES:
+            con.execute(sql.query(f"retention.drop_{table}"), {"run_ids": run_ids})
+        con.execute(sql.query("retention.mark_pruned"),
+                    {"run_ids": run_ids, "now": datetime.now(timezone.utc).replace(tzinfo=None)})
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return list(run_ids)
+
+
+def delete(con, run_id: int) -> None:
+    """Remove run ``run_id`` and every row it owns, in one transaction."""
+    if sql.one(con, "catalog.run_by_id", run_id=run_id) is None:
+        raise UsageError(f"no run {run_id} in the catalog")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table in RAW_TABLES + KEPT_TABLES:
+            con.execute(sql.query(f"retention.drop_{table}"), {"run_ids": [run_id]})
+        con.execute(sql.query("retention.drop_runs"), {"run_ids": [run_id]})
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def compact(con, path: str | os.PathLike) -> Path:
+    """Copy the catalog behind ``con`` (open read-write on ``path``) into a new file beside it,
+    without the freed blocks; the caller closes ``con`` and calls ``swap`` to put it in place."""
+    target = Path(f"{path}.compact")
+    target.unlink(missing_ok=True)
+    name = con.execute("SELECT current_database()").fetchone()[0].replace('"', '""')
+    con.execute("CHECKPOINT")
+    con.execute("ATTACH ? AS _compact", [str(target)])
+    try:
+        con.execute(f'COPY FROM DATABASE "{name}" TO _compact')
+    finally:
+        con.execute("DETACH _compact")
+    return target
+
+
+def swap(compacted: Path, path: str | os.PathLike) -> bool:
+    """Put the compacted copy in place of ``path`` once its connection closed; False (and the
+    copy removed) when a write-ahead log shows that someone wrote after the copy."""
+    wal = Path(f"{path}.wal")
+    if wal.exists() and wal.stat().st_size:
+        compacted.unlink(missing_ok=True)
+        return False
+    os.replace(compacted, path)
+    return True
+
+
+def size_bytes(path: str | os.PathLike) -> int:
+    """The catalog file's size on disk, with its write-ahead log."""
+    path = Path(path)
+    wal = Path(f"{path}.wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)

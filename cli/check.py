@@ -1,0 +1,94 @@
+"""``overlapscope check --run NAME``: the CI gate. Exit 0 within bounds, 1 on a regression, 2 on an error.
+
+The latest run of a name is held against its baseline (the previous run of that
+name, or a run id) on one headline metric (``analyzer/gate.py``), in a local
+catalog (``--db``) or on a dashboard's API (``--server URL``).
+"""
+
+from __future__ import annotations
+
+from overlapscope.analyzer import gate
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.cli.common import emit, open_catalog
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check", help="gate: is the latest run of a name worse than its baseline? (exit 1 if so)",
+                       description="Compare the latest run of a name with its baseline on one headline metric. "
+                                   "Exit 0 within the bound, 1 on a regression (what regressed, by how much, "
+                                   "and the buckets or units that changed most), 2 on an error.")
+    p.add_argument("--run", required=True, metavar="NAME|ID", help="the run's name (its latest run) or a run id")
+    p.add_argument("--baseline", default="previous", metavar="previous|RUN_ID",
+                   help="what to compare with: the previous run of the same name (default) or a run id")
+    p.add_argument("--metric", default=gate.DEFAULT_METRIC, choices=gate.METRICS,
+                   help=f"the headline metric to hold (default {gate.DEFAULT_METRIC}); overlap_pct regresses "
+                        "downwards, the others upwards")
+    p.add_argument("--max-regression-pct", type=float, default=gate.DEFAULT_MAX_REGRESSION_PCT, metavar="X",
+                   help=f"the largest change for the worse allowed, in %% of the baseline "
+                        f"(default {gate.DEFAULT_MAX_REGRESSION_PCT:g})")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--db", metavar="FILE", help="a local catalog (default: $OVERLAPSCOPE_DB or the user data dir)")
+    where.add_argument("--server", metavar="URL", help="a dashboard's API instead of a local catalog")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.set_defaults(func=run_check)
+
+
+def _local(args) -> dict:
+    from overlapscope.analyzer.store import catalog
+
+    con = open_catalog(args.db, read_only=True)
+    try:
+        run_id = catalog.resolve_run(con, args.run)
+        return gate.check(con, run_id, args.baseline, args.metric, args.max_regression_pct)
+    finally:
+        con.close()
+
+
+def _remote(args) -> dict:
+    from overlapscope.cli.remote import Server
+
+    server = Server(args.server)
+    if args.run.isdigit():
+        run_id = int(args.run)
+    else:
+        runs = server.get("/runs", [("name", args.run)])["runs"]
+        if not runs:
+            raise UsageError(f"{server.url}: no run {args.run!r}")
+        run_id = runs[0]["run_id"]
+    return server.get(f"/runs/{run_id}/check", [("baseline", str(args.baseline)), ("metric", args.metric),
+                                                 ("max_regression_pct", repr(args.max_regression_pct))])
+
+
+def _num(value, unit: str) -> str:
+    return "-" if value is None else f"{value:,.3f} {unit}".strip()
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:+.1f} %"
+
+
+def describe(v: dict) -> str:
+    """The verdict in a few lines of words."""
+    unit = "%" if v["metric"].endswith("_pct") else "ms"
+    run, base = v["run"], v["baseline"]
+    worse = _pct(v["worse_pct"])
+    way = "higher" if v["higher_is_better"] else "lower"
+    lines = [f"{'REGRESSION' if v['regressed'] else 'PASS'}: {v['metric']} of run {run['run_id']} ({run['name']}) "
+             f"is {_num(v['value'], unit)} against {_num(v['baseline_value'], unit)} in baseline run "
+             f"{base['run_id']}: {worse} worse (bound {v['max_regression_pct']:g} %; {way} is better)"]
+    others = [m for m in v["metrics"] if m["metric"] != v["metric"] and m["verdict"] == "worse"]
+    if others:
+        lines.append("also worse: " + ", ".join(f"{m['metric']} {_pct(m['worse_pct'])}" for m in others))
+    changed = [g for g in v["groups"] if g["change_ms"]]
+    if changed:
+        lines.append("changed most (mean exposed ms per collective, baseline -> run):")
+        lines += [f"  {g['label']}: {_num(g['baseline_exposed_ms'], '')} -> {_num(g['exposed_ms'], '')} "
+                  f"({g['change_ms']:+,.3f} ms)" for g in changed]
+    lines += [f"warning: {w}" for w in v["warnings"]]
+    return "\n".join(lines)
+
+
+def run_check(args) -> int:
+    verdict = _remote(args) if args.server else _local(args)
+    emit(verdict, args.json, lambda v: print(describe(v)))
+    return 1 if verdict["regressed"] else 0

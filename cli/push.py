@@ -1,0 +1,115 @@
+"""``overlapscope push URL PATH... --run NAME``: send a run to a team's dashboard (what a CI job runs).
+
+A single ``.zip``, ``.json`` or ``.json.gz`` goes as it is; a run folder (or
+several files) is zipped first, with its ``manifest.json``. The upload streams
+from disk with a progress bar; the server decodes and stores the run and answers
+with its id and headline. Any refusal (no token, a bad run, too large) exits 2
+with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.cli.catalog import parse_tags
+from overlapscope.cli.common import describe, emit
+from overlapscope.cli.remote import Server
+
+ENV_TOKEN = "OVERLAPSCOPE_TOKEN"
+SINGLE = (".zip", ".json", ".json.gz")
+STORED = (".gz", ".zip")  # already compressed: zipped as they are
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("push", help="send a run to a dashboard's API (a CI job's step)",
+                       description="Upload a run (a folder of per-rank traces, trace files, or a .zip) to a "
+                                   "dashboard's HTTP API, which stores it in its catalog. The token comes from "
+                                   "--token-file or $OVERLAPSCOPE_TOKEN.")
+    p.add_argument("url", metavar="URL", help="the dashboard, e.g. https://overlap.example.com")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a run folder, trace files, or one .zip")
+    p.add_argument("--run", required=True, metavar="NAME", help="the run's name (runs of one name form a history)")
+    p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="a tag (repeatable), e.g. commit=abc123")
+    p.add_argument("--token-file", metavar="FILE", help="a file holding the API token (default: $OVERLAPSCOPE_TOKEN)")
+    p.add_argument("--json", action="store_true", help="print the server's answer as JSON")
+    p.set_defaults(func=run_push)
+
+
+def read_token(token_file: str | None) -> str | None:
+    """The token: the first non-empty line of ``token_file``, else ``$OVERLAPSCOPE_TOKEN``."""
+    if token_file:
+        try:
+            lines = [line.strip() for line in Path(token_file).read_text().splitlines() if line.strip()]
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"{token_file}: cannot read the token file ({type(err).__name__})") from None
+        if not lines:
+            raise UsageError(f"{token_file}: the token file is empty")
+        return lines[0].split()[0]
+    return os.environ.get(ENV_TOKEN) or None
+
+
+def bundle(paths: list[str], folder: Path) -> Path:
+    """The file to upload: a single .zip or trace file as it is, else a zip of the run's files."""
+    if len(paths) == 1 and os.path.isfile(paths[0]) and paths[0].lower().endswith(SINGLE):
+        return Path(paths[0])
+    from overlapscope.analyzer.ingest.inputs import resolve
+
+    for path in paths:
+        if os.path.isfile(path) and not path.lower().endswith(SINGLE) and os.path.basename(path) != "manifest.json":
+            raise UsageError(f"{path}: not a trace (.json, .json.gz) or a .zip of traces")
+    inputs = resolve(paths)  # missing paths and folders without traces fail here, in one line
+    if any(s.member for s in inputs.sources):
+        raise UsageError("give one .zip on its own, or folders and trace files (not a mix)")
+    files = [s.path for s in inputs.sources] + ([inputs.manifest_source] if inputs.manifest_source else [])
+    target = folder / "run.zip"
+    used: set[str] = set()
+    with zipfile.ZipFile(target, "w") as zf:
+        for i, path in enumerate(files):
+            name = os.path.basename(path)
+            arcname = name if name not in used else f"{i}-{name}"
+            used.add(arcname)
+            compress = zipfile.ZIP_STORED if name.lower().endswith(STORED) else zipfile.ZIP_DEFLATED
+            zf.write(path, arcname, compress_type=compress)
+    return target
+
+
+def _bar(enabled: bool):
+    """A progress callback drawing one line on stderr (only on a terminal)."""
+    state = {"last": 0.0}
+
+    def report(sent: int, total: int) -> None:
+        now = time.monotonic()
+        if not enabled or (now - state["last"] < 0.1 and sent < total):
+            return
+        state["last"] = now
+        width = 30
+        done = int(width * sent / max(total, 1))
+        print(f"\ruploading [{'#' * done}{'.' * (width - done)}] {sent / 2**20:,.1f} / {total / 2**20:,.1f} MiB",
+              end="" if sent < total else "\n", file=sys.stderr, flush=True)
+
+    return report
+
+
+def run_push(args) -> int:
+    tags = parse_tags(args.tag)
+    server = Server(args.url, read_token(args.token_file))
+    health = server.get("/health")
+    if not health.get("writes"):
+        raise UsageError(f"{server.url}: this server accepts no pushes (it was started without --api-tokens)")
+    with tempfile.TemporaryDirectory(prefix="overlapscope-push-") as tmp:
+        path = bundle(args.paths, Path(tmp))
+        size, limit = path.stat().st_size, health.get("max_upload_bytes")
+        if limit and size > limit:
+            raise UsageError(f"{path}: {size / 2**20:,.1f} MiB is more than {server.url} accepts "
+                             f"({limit / 2**20:,.0f} MiB)")
+        params = [("name", args.run), ("file", path.name)] + [("tag", f"{k}={v}") for k, v in tags.items()]
+        status, answer = server.post_file("/runs", str(path), params, _bar(sys.stderr.isatty()))
+    if status != 201:
+        raise UsageError(server.refusal(status, answer))
+    return emit(answer, args.json, lambda r: print(
+        f"stored run {r['run_id']} ({r['name']}) on {server.url}: {describe(r['headline'])}"))

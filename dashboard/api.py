@@ -1,0 +1,257 @@
+"""The HTTP API the dashboard's process serves beside its pages, under ``/api/v1``.
+
+- ``GET  /api/v1/health``: the version, the catalog's run count, whether writes are on.
+- ``POST /api/v1/runs?name=NAME&tag=K=V...``: the body is a run (a ``.zip`` of
+  per-rank traces with or without ``manifest.json``, or one ``.json``/``.json.gz``);
+  201 with ``{run_id, name, tags, pushed_by, headline}``; 400 for a bad run (nothing
+  stored); 401 without a valid bearer token; 403 when no tokens are configured;
+  413 over the upload limit.
+- ``GET /api/v1/runs[?name=NAME]``: the runs as ``history --json`` lists them.
+- ``GET /api/v1/runs/{id}``: a run with its per-rank figures and findings.
+- ``GET /api/v1/runs/{id}/check?baseline=previous|ID&metric=M&max_regression_pct=X``:
+  the gate's verdict (``analyzer/gate.py``).
+
+A pushed body is spooled to a temporary file as it arrives (never held in
+memory) and refused with 413 as soon as it passes the limit; the run is decoded
+on a worker thread and stored by the catalog's single writer
+(``analyzer/store/access.py``), so concurrent pushes queue and all land and
+readers never see a half-stored run. Tokens never reach a log or a response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from overlapscope.analyzer import gate, sql
+from overlapscope.analyzer.ingest import limits
+from overlapscope.analyzer.errors import CatalogBusy, InputError, RunNotFound, UsageError
+from overlapscope.analyzer.store import access, catalog
+from overlapscope.dashboard import auth, uploads
+from overlapscope.dashboard.settings import Settings
+
+PREFIX = "/api/v1"
+ZIP_MAGIC, GZIP_MAGIC = b"PK\x03\x04", b"\x1f\x8b"
+READ_THREADS = 4
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("overlapscope")
+    except PackageNotFoundError:
+        from overlapscope.analyzer import __version__
+
+        return __version__
+
+
+def _json(value, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(msgspec.json.encode(value), status_code=status, media_type="application/json", headers=headers)
+
+
+def _error(status: int, message: str, headers: dict | None = None) -> Response:
+    return _json({"error": message}, status, headers)
+
+
+def _log(message: str) -> None:
+    print(f"overlapscope: {message}", file=sys.stderr, flush=True)
+
+
+def parse_tags(values: list[str]) -> dict:
+    """``tag=K=V`` query parameters as an object; a bad one is a ``UsageError``."""
+    tags = {}
+    for pair in values:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"a tag is tag=KEY=VALUE, got {pair!r}")
+        tags[key] = value
+    return tags
+
+
+def upload_name(given: str | None, head: bytes) -> str:
+    """The spooled file's name: the client's (made safe) when it has a trace or zip suffix,
+    else one that the content's first bytes call for."""
+    name = uploads.safe_name(given) if given else ""
+    if name.lower().endswith(uploads.ACCEPTED) and name != "manifest.json":
+        return name
+    stem = Path(name).stem if name else "upload"
+    if head.startswith(ZIP_MAGIC):
+        return f"{stem}.zip"
+    return f"{stem}.json.gz" if head.startswith(GZIP_MAGIC) else f"{stem}.json"
+
+
+class Api:
+    """The routes over one catalog, with the threads that read, decode and spool for them."""
+
+    def __init__(self, settings: Settings, decode_threads: int | None = None):
+        self.settings = settings
+        self.catalog = access.shared(settings.db)
+        self._reads = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="overlapscope-api-read")
+        self._decodes = ThreadPoolExecutor(decode_threads or max(1, min(4, os.cpu_count() or 1)),
+                                           thread_name_prefix="overlapscope-api-decode")
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(f"{PREFIX}/health", self.health, methods=["GET"]),
+            Route(f"{PREFIX}/runs", self.list_runs, methods=["GET"]),
+            Route(f"{PREFIX}/runs", self.push, methods=["POST"]),
+            Route(f"{PREFIX}/runs/{{run_id:int}}", self.get_run, methods=["GET"]),
+            Route(f"{PREFIX}/runs/{{run_id:int}}/check", self.check, methods=["GET"]),
+        ]
+
+    def close(self) -> None:
+        self._reads.shutdown(wait=False, cancel_futures=True)
+        self._decodes.shutdown(wait=False, cancel_futures=True)
+
+    # --- reads -------------------------------------------------------------------------
+
+    def _read_now(self, work):
+        with self.catalog.read() as con:
+            return work(con)
+
+    async def _read(self, work) -> Response:
+        """``work(cursor)`` on a read thread, as JSON; catalog and usage errors as one line."""
+        try:
+            value = await asyncio.wrap_future(self._reads.submit(self._read_now, work))
+        except RunNotFound as err:
+            return _error(404, str(err))
+        except CatalogBusy as err:
+            return _error(503, str(err))
+        except UsageError as err:
+            return _error(400, str(err))
+        return _json(value)
+
+    async def health(self, request: Request) -> Response:
+        try:
+            runs = await asyncio.wrap_future(self._reads.submit(
+                self._read_now, lambda con: sql.one(con, "catalog.count")[0]))
+        except CatalogBusy as err:
+            return _error(503, str(err))
+        return _json({"version": version(), "runs": runs, "writes": self._tokens().configured,
+                      "max_upload_bytes": self.settings.max_upload_bytes})
+
+    async def list_runs(self, request: Request) -> Response:
+        name = request.query_params.get("name") or None
+        return await self._read(lambda con: {"runs": catalog.runs(con, name)})
+
+    async def get_run(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        return await self._read(lambda con: catalog.detail(con, run_id))
+
+    async def check(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        params = request.query_params
+        try:
+            metric = gate.check_metric(params.get("metric") or gate.DEFAULT_METRIC)
+            raw = params.get("max_regression_pct")
+            max_pct = float(raw) if raw not in (None, "") else gate.DEFAULT_MAX_REGRESSION_PCT
+        except ValueError:
+            return _error(400, f"max_regression_pct must be a number, got {params.get('max_regression_pct')!r}")
+        except UsageError as err:
+            return _error(400, str(err))
+        baseline = params.get("baseline") or "previous"
+        return await self._read(lambda con: gate.check(con, run_id, baseline, metric, max_pct))
+
+    # --- the one write: a pushed run ------------------------------------------------------
+
+    def _tokens(self) -> auth.Tokens:
+        try:
+            return auth.current(self.settings.api_tokens)
+        except UsageError as err:  # the file went bad while serving: refuse writes, say why in the log
+            _log(f"API writes refused: {err}")
+            return auth.NONE
+
+    def _who(self, request: Request) -> tuple[str | None, Response | None]:
+        tokens = self._tokens()
+        if not tokens.configured:
+            return None, _error(403, "this server accepts no pushes: it was started without API tokens "
+                                     "(overlapscope dashboard --api-tokens FILE)")
+        who = tokens.who(auth.bearer(request.headers.get("authorization")))
+        if who is None:
+            return None, _error(401, "a valid API token is required (Authorization: Bearer TOKEN)",
+                                {"WWW-Authenticate": "Bearer"})
+        return who, None
+
+    def _too_large(self) -> Response:
+        limit_mb = self.settings.max_upload_bytes / 2**20
+        return _error(413, f"the upload is larger than this server's limit of {limit_mb:,.0f} MiB "
+                           "(overlapscope dashboard --max-upload-mb)")
+
+    async def _spool(self, request: Request, folder: Path) -> Path | Response:
+        """Write the body to a file in ``folder`` as it arrives; 413 once it passes the limit."""
+        limit = self.settings.max_upload_bytes
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > limit:
+            return self._too_large()
+        spool = folder / "body"
+        size, head = 0, b""
+        with open(spool, "wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    return self._too_large()
+                if len(head) < 4:
+                    head += chunk[:4]
+                f.write(chunk)
+        if size == 0:
+            return _error(400, "the request has no body: send the run as a .zip, .json or .json.gz")
+        path = folder / upload_name(request.query_params.get("file"), head)
+        spool.rename(path)
+        return path
+
+    def _decode(self, path: Path):
+        """Decode the run and compute its results beside the writer (DuckDB runs them on all cores)."""
+        decoded = catalog.decode([str(path)], workers=1, limits=limits.for_uploads(self.settings.max_upload_bytes))
+        return decoded, catalog.prepare(decoded)
+
+    async def push(self, request: Request) -> Response:
+        started = time.monotonic()
+        who, refused = self._who(request)
+        if refused is not None:
+            return refused
+        name = (request.query_params.get("name") or "").strip()
+        if not name:
+            return _error(400, "give the run a name: POST /api/v1/runs?name=NAME")
+        try:
+            tags = parse_tags(request.query_params.getlist("tag"))
+        except UsageError as err:
+            return _error(400, str(err))
+        folder = Path(tempfile.mkdtemp(prefix="overlapscope-push-"))
+        try:
+            path = await self._spool(request, folder)
+            if isinstance(path, Response):
+                return path
+            decoded, prepared = await asyncio.wrap_future(self._decodes.submit(self._decode, path))
+
+            def store(con):
+                run_id = catalog.store(con, decoded, name, tags, pushed_by=who, prepared=prepared)
+                return catalog.run(con, run_id)
+
+            row = await asyncio.wrap_future(self.catalog.submit(store))
+        except InputError as err:
+            return _error(400, uploads.display_error(err, folder))
+        except CatalogBusy as err:
+            return _error(503, str(err))
+        except UsageError as err:
+            return _error(400, str(err))
+        except Exception as err:  # one line to the client; the traceback stays in the server's log
+            _log(f"a push of {name!r} failed:\n{traceback.format_exc()}")
+            return _error(500, f"internal error: {type(err).__name__}: {err}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        _log(f"stored run {row['run_id']} ({name}) pushed by {who} in {time.monotonic() - started:.2f} s")
+        return _json({"run_id": row["run_id"], "name": row["name"], "tags": row["tags"],
+                      "pushed_by": row["pushed_by"], "headline": row["headline"]}, 201)

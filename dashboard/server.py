@@ -1,0 +1,112 @@
+"""The dashboard's server: Streamlit's pages and the HTTP API in one process, on one port.
+
+``serve`` builds Streamlit's ASGI app (``st.App``) on ``app.py`` with the API's
+routes (``api.py``) beside the pages and runs it with uvicorn in this process:
+no child process, so SIGTERM or SIGINT stops everything it started. uvicorn
+stops accepting, gives open requests ``GRACEFUL_S`` seconds, and the lifespan
+then stops the catalog's writer and closes the file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import socket
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.store import access
+from overlapscope.dashboard.settings import Settings
+
+# The server keeps the catalog open this long after its last use (reads then cost a
+# cursor, not an open); after that another process (an ingest) can take the file.
+KEEP_OPEN_S = 2.0
+GRACEFUL_S = 2  # seconds open requests get after SIGTERM; the whole stop stays under 5 s
+
+
+def app_path() -> Path:
+    """The dashboard's entry script (``dashboard/app.py`` of the installed package)."""
+    spec = importlib.util.find_spec("overlapscope.dashboard")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError("the dashboard package is not installed (pip install overlapscope)")
+    return Path(list(spec.submodule_search_locations)[0]) / "app.py"
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` only listens on this machine (127.0.0.0/8, ::1, localhost)."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def streamlit_options(settings: Settings, port: int, address: str) -> dict:
+    """Streamlit's configuration for this server."""
+    return {
+        "server.port": port,
+        "server.address": address,
+        "server.headless": True,
+        # Streamlit's own per-file limit; the Upload page enforces the total
+        "server.maxUploadSize": settings.max_upload_mb,
+        "browser.gatherUsageStats": False,
+        "server.fileWatcherType": "none",  # no polling of the source files: this is not a dev server
+        "client.toolbarMode": "viewer",  # no "Deploy" button
+    }
+
+
+def listen(address: str, port: int) -> socket.socket:
+    """The listening socket, or one line saying why there is none."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        return socket.create_server((address.strip("[]"), port), family=family, backlog=2048)
+    except OSError as err:
+        raise UsageError(f"cannot listen on {address}:{port}: {err.strerror or err}") from None
+
+
+def build(settings: Settings):
+    """Streamlit's ASGI app on ``app.py`` with the API's routes, and the API object."""
+    import streamlit as st
+
+    from overlapscope.dashboard.api import Api
+
+    api = Api(settings)
+    shared = access.shared(settings.db, keep_open_s=KEEP_OPEN_S)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        try:
+            yield None
+        finally:
+            api.close()
+            shared.stop(timeout_s=1.5)
+
+    return st.App(str(app_path()), routes=api.routes(), lifespan=lifespan), api
+
+
+def serve(settings: Settings, port: int, address: str) -> int:
+    """Run the dashboard and its API until SIGTERM or SIGINT; the exit status."""
+    import uvicorn
+    from streamlit import config as st_config
+    from streamlit.web import bootstrap
+    from streamlit.web.server.starlette import starlette_server
+
+    sock = listen(address, port)
+    options = streamlit_options(settings, port, address)
+    bootstrap.load_config_options(options)
+    st_config._server_mode = "starlette-app-direct"
+    app, _api = build(settings)
+    kwargs = starlette_server._get_uvicorn_config_kwargs()  # Streamlit's websocket and TLS settings
+    kwargs.update(log_level="warning", access_log=False, timeout_graceful_shutdown=GRACEFUL_S)
+    server = uvicorn.Server(uvicorn.Config(app, host=address, port=port, **kwargs))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if not server.started:
+        print("overlapscope: error: the dashboard did not start (see above)", file=sys.stderr)
+        return 1
+    return 0

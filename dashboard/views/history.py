@@ -1,0 +1,65 @@
+"""History: each headline metric over time, one line per run name, regressions marked.
+
+A regression is a run worse than the previous run of its name by more than the
+bound (``analyzer/gate.py``, as ``overlapscope check`` judges it). The runs are
+those the sidebar's filter lets through; a click on a run opens its Overview.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from overlapscope.analyzer import gate
+from overlapscope.dashboard import charts, context, shape
+
+METRICS = {"exposed_comm_ms": "exposed comm per step (ms)", "step_ms": "step (ms)", "overlap_pct": "overlap (%)",
+           "comm_ms": "comm per step (ms)", "compute_ms": "compute per step (ms)", "idle_ms": "idle per step (ms)",
+           "exposed_pct": "exposed comm (% of the step)"}
+OVERVIEW = "views/overview.py"
+
+
+def _open_picked(event) -> None:
+    """A click on a run: select it and open its Overview."""
+    picked = (getattr(event, "selection", None) or {}).get(charts.PICK) or []
+    if picked and picked[0].get("run_id") is not None:
+        context.select_run(int(picked[0]["run_id"]))
+        st.switch_page(OVERVIEW)
+
+
+def render() -> None:
+    ctx = context.current()
+    context.require_run(ctx)
+    st.title("History")
+    runs = ctx.shown
+    if not runs:
+        st.info("No run matches the sidebar's filter.")
+        return
+    left, right = st.columns([3, 1])
+    metric = left.segmented_control("Metric", list(METRICS), default=gate.DEFAULT_METRIC, key="history_metric",
+                                    format_func=lambda m: m.replace("_", " ")) or gate.DEFAULT_METRIC
+    bound = right.number_input("Regression: worse by more than (%)", min_value=0.0, max_value=1e6,
+                               value=gate.DEFAULT_MAX_REGRESSION_PCT, step=1.0, key="history_bound")
+    marked = gate.regressions(runs, metric, bound)
+    rows = shape.history_rows(runs, metric, marked)
+    event = st.altair_chart(charts.history(rows, metric, METRICS[metric]), width="stretch",
+                            on_select="rerun", selection_mode=charts.PICK, key=f"history_chart_{metric}")
+    _open_picked(event)
+    higher = "higher" if gate.HIGHER_IS_BETTER[metric] else "lower"
+    names = shape.history_names(rows)
+    st.caption(f"Showing {len(rows)} runs of {len(names)} names, one line per name; {higher} is better. A red "
+               f"triangle marks a run worse than the previous run of its name by more than {bound:g} %. "
+               "Click a run to open it.")
+    st.dataframe(pl.DataFrame(names, infer_schema_length=None), hide_index=True)
+    regressed = [r for r in rows if r["regression"]]
+    st.subheader(f"Regressions ({len(regressed)})")
+    if not regressed:
+        st.caption(f"No run is worse than the previous run of its name by more than {bound:g} %.")
+        return
+    st.dataframe(pl.DataFrame([{"run": r["run_id"], "name": r["name"], "stored (UTC)": r["created_at"],
+                                metric: r["value"], "worse by %": r["worse_pct"], "tags": r["tags"],
+                                "pushed by": r["pushed_by"]} for r in regressed], infer_schema_length=None),
+                 hide_index=True)
+
+
+render()

@@ -1,0 +1,355 @@
+"""The served catalog: a real ``overlapscope dashboard`` with a temporary catalog and a token
+file, pushed to with ``overlapscope push`` and with raw HTTP.
+
+What must hold: concurrent pushes all land while the API and the History page are read
+in a loop, and no reader sees a half-stored run; a push without a valid token (401), a
+bad run (400) or an oversized one (413) stores nothing; the token never reaches the
+server's output; SIGTERM stops everything the command started within 5 s.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+
+from conftest import SAMPLES
+from test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS
+from test_dashboard_cli import start_server, stop_server
+
+from overlapscope.analyzer.checklist import RULES
+
+RULE_IDS = set(RULES)  # every registered rule reports a finding (pass, warn, fail or n/a)
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "ci-token-0123456789abcdef"
+OTHER_TOKEN = "laptop-token-0123456789abcdef"
+LIMIT_MB = 3
+EXE = Path(sys.executable).parent / "overlapscope"
+COMMAND = [str(EXE)] if EXE.exists() else [sys.executable, "-m", "overlapscope.cli"]
+
+
+def zipped(bundle: Path) -> bytes:
+    """A run folder as a .zip in memory (what a client would send)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for p in sorted(bundle.iterdir()):
+            if p.is_file() and ".json" in p.name:
+                zf.write(p, p.name)
+    return out.getvalue()
+
+
+def request(url: str, method: str, route: str, params=None, body: bytes | None = None,
+            token: str | None = None) -> tuple[int, dict]:
+    """One raw HTTP request to the API; (status, JSON answer)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        conn.request(method, f"/api/v1{route}{'?' + urlencode(params) if params else ''}", body=body,
+                     headers=headers)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def push_raw(url: str, body: bytes, name: str, token: str | None = TOKEN, tags=(), file: str | None = None):
+    params = [("name", name)] + [("tag", t) for t in tags] + ([("file", file)] if file else [])
+    return request(url, "POST", "/runs", params, body, token)
+
+
+def runs(url: str, name: str | None = None) -> list[dict]:
+    status, answer = request(url, "GET", "/runs", [("name", name)] if name else None)
+    assert status == 200, answer
+    return answer["runs"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A server on a fresh catalog with two tokens; yields (url, catalog, output lines so far)."""
+    folder = tmp_path_factory.mktemp("served")
+    tokens = folder / "tokens"
+    tokens.write_text(f"# who may push\n{TOKEN} ci-bot\n{OTHER_TOKEN} alice\n")
+    db = folder / "catalog.duckdb"
+    proc, url = start_server(db, "--api-tokens", str(tokens), "--max-upload-mb", str(LIMIT_MB))
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(line.decode(errors="replace")
+                                                           for line in proc.stdout), daemon=True)
+    reader.start()  # the pipe never fills up
+    yield url, db, output
+    stop_server(proc)
+    reader.join(10)
+    log = "".join(output)
+    assert TOKEN not in log and OTHER_TOKEN not in log, "a token reached the server's output"
+
+
+def test_health_names_the_version_and_the_run_count(server):
+    url, _, _ = server
+    status, health = request(url, "GET", "/health")
+    assert status == 200
+    from importlib.metadata import version
+
+    assert health["version"] == version("overlapscope")
+    assert health["writes"] is True and health["max_upload_bytes"] == LIMIT_MB * 2**20
+    assert health["runs"] == len(runs(url))
+
+
+def test_push_with_the_cli_stores_the_run_and_its_headline(server, tmp_path):
+    url, _, _ = server
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    done = subprocess.run([*COMMAND, "push", url, str(SAMPLES / "ddp"), "--run", "cli-push", "--tag", "commit=abc",
+                           "--token-file", str(token_file), "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["name"] == "cli-push" and answer["tags"] == {"commit": "abc"} and answer["pushed_by"] == "ci-bot"
+    # the same headline as a local analysis of the same files (the checklist runs only at ingest)
+    local = subprocess.run([*COMMAND, "analyze", str(SAMPLES / "ddp"), "--json"], capture_output=True, text=True,
+                           timeout=120)
+    expected = json.loads(local.stdout)["headline"]
+    assert {k: v for k, v in answer["headline"].items() if k != "failed_findings"} == \
+           {k: v for k, v in expected.items() if k != "failed_findings"}
+    (listed,) = runs(url, "cli-push")
+    assert listed["run_id"] == answer["run_id"] and listed["pushed_by"] == "ci-bot"
+    status, detail = request(url, "GET", f"/runs/{answer['run_id']}")
+    assert status == 200 and [r["rank"] for r in detail["rank_figures"]] == [0, 1]
+    assert len(detail["findings"]) == len(RULE_IDS) and detail["headline"] == answer["headline"]
+
+
+def test_push_with_raw_http_single_file_and_zip(server):
+    url, _, _ = server
+    status, answer = push_raw(url, zipped(SAMPLES / "ddp_straggler"), "raw-zip", token=OTHER_TOKEN,
+                              tags=["gpu=cpu", "commit=def"])
+    assert status == 201, answer
+    assert answer["pushed_by"] == "alice" and answer["tags"] == {"gpu": "cpu", "commit": "def"}
+    assert answer["headline"]["ranks"] == 2
+    rank0 = (SAMPLES / "ddp" / "rank-0.pt.trace.json.gz").read_bytes()
+    status, answer = push_raw(url, rank0, "raw-file")  # no file name: the content says .json.gz
+    assert status == 201 and answer["headline"]["ranks"] == 1
+
+
+def test_refused_pushes_store_nothing(server, tmp_path):
+    url, _, _ = server
+    before = runs(url)
+    body = zipped(SAMPLES / "ddp")
+    assert push_raw(url, body, "no-token", token=None)[0] == 401
+    status, answer = push_raw(url, body, "wrong-token", token="not-a-token-of-this-server")
+    assert status == 401 and "token" in answer["error"] and "not-a-token" not in answer["error"]
+    # a bad run: one rank's file is cut short; the error names the member and the problem
+    broken = io.BytesIO()
+    with zipfile.ZipFile(broken, "w") as zf:
+        zf.write(SAMPLES / "ddp" / "rank-0.pt.trace.json.gz", "rank-0.pt.trace.json.gz")
+        zf.writestr("rank-1.pt.trace.json.gz", (SAMPLES / "ddp" / "rank-1.pt.trace.json.gz").read_bytes()[:5000])
+    status, answer = push_raw(url, broken.getvalue(), "bad-run", file="nightly.zip")
+    assert status == 400 and answer["error"].startswith("nightly.zip:rank-1.pt.trace.json.gz: "), answer
+    assert "\n" not in answer["error"] and tempfile.gettempdir() not in answer["error"]
+    assert push_raw(url, b"", "empty")[0] == 400
+    assert push_raw(url, b"not json at all", "not-json")[0] == 400
+    assert push_raw(url, body, "")[0] == 400, "a run needs a name"
+    assert push_raw(url, body, "bad-tag", tags=["novalue"])[0] == 400
+    # over the limit: refused while it arrives (the body is streamed, not buffered)
+    status, answer = push_raw(url, os.urandom((LIMIT_MB + 1) * 2**20), "too-big")
+    assert status == 413 and f"{LIMIT_MB} MiB" in answer["error"]
+    assert runs(url) == before
+    # the CLI says why in one line, exit 2
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    done = subprocess.run([*COMMAND, "push", url, str(bad), "--run", "cli-bad"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "OVERLAPSCOPE_TOKEN": TOKEN})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "HTTP 400: bad.json: " in done.stderr
+    done = subprocess.run([*COMMAND, "push", url, str(SAMPLES / "ddp"), "--run", "cli-no-token"],
+                          capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "OVERLAPSCOPE_TOKEN"})
+    assert done.returncode == 2 and "HTTP 401" in done.stderr
+    assert runs(url) == before
+
+
+def test_every_key_the_api_answers_is_documented(server):
+    from test_docs import documented_gaps
+
+    url, _, _ = server
+    status, pushed = push_raw(url, zipped(SAMPLES / "ddp"), "documented", tags=["k=v"])
+    assert status == 201
+    push_raw(url, zipped(SAMPLES / "ddp"), "documented")
+    answers = [request(url, "GET", "/health")[1], pushed, request(url, "GET", "/runs")[1],
+               request(url, "GET", f"/runs/{pushed['run_id']}")[1],
+               request(url, "GET", f"/runs/{pushed['run_id'] + 1}/check")[1], request(url, "GET", "/runs/99999")[1]]
+    assert [documented_gaps(a, own=("k", "gpu", "commit", "job")) for a in answers] == [[]] * len(answers)
+
+
+def test_reads_answer_with_errors_in_one_line(server):
+    url, _, _ = server
+    assert request(url, "GET", "/runs/99999")[0] == 404
+    assert request(url, "GET", "/runs/99999/check")[0] == 404
+    status, answer = request(url, "GET", "/runs", [("name", "no-such-name")])
+    assert status == 200 and answer == {"runs": []}
+
+
+def _history_loop(url: str, stop: threading.Event, seen: dict) -> None:
+    """Reload the History page until ``stop``; record what each render drew."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(tempfile.mkdtemp(), executable_path=CHROMIUM,
+                                                       args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page()
+        while not stop.is_set() or seen["renders"] == 0:
+            page.goto(f"{url}/history")
+            page.wait_for_selector("[data-testid='stApp']", timeout=WAIT_MS)
+            page.wait_for_function("!document.querySelector(\"[data-testid='stStatusWidget']\")", timeout=WAIT_MS)
+            page.wait_for_selector("[data-testid='stCaptionContainer']:has-text('Showing')", timeout=WAIT_MS)
+            assert page.locator("[data-testid='stException']").count() == 0
+            text = page.locator("[data-testid='stCaptionContainer']:has-text('Showing')").first.inner_text()
+            seen["captions"].append(text)
+            seen["renders"] += 1
+        browser.close()
+
+
+def test_concurrent_pushes_all_land_while_readers_read(server):
+    """8 pushes at once (raw HTTP), while GET /api/v1/runs and the History page are read in a
+    loop: all 8 land, each whole, and no reader ever sees a run without its ranks or headline."""
+    url, _, _ = server
+    before = {r["run_id"] for r in runs(url)}
+    bodies = [zipped(SAMPLES / ("ddp" if i % 2 else "ddp_straggler")) for i in range(8)]
+    stop, answers, bad_reads, reads = threading.Event(), {}, [], [0]
+
+    def push(i: int) -> None:
+        answers[i] = push_raw(url, bodies[i], "concurrent", tags=[f"job={i}"])
+
+    def read_api() -> None:
+        while not stop.is_set():
+            for r in runs(url, "concurrent"):  # each run pushed here has 2 ranks
+                if r["headline"] is None or r["ranks"] != 2:
+                    bad_reads.append(r)
+            reads[0] += 1
+
+    seen = {"renders": 0, "captions": []}
+    page_reader = threading.Thread(target=_history_loop, args=(url, stop, seen), daemon=True) if CHROMIUM else None
+    api_reader = threading.Thread(target=read_api, daemon=True)
+    pushers = [threading.Thread(target=push, args=(i,)) for i in range(8)]
+    started = time.monotonic()
+    api_reader.start()
+    if page_reader:
+        page_reader.start()
+    for t in pushers:
+        t.start()
+    for t in pushers:
+        t.join(300)
+    elapsed_s = time.monotonic() - started
+    stop.set()
+    api_reader.join(60)
+    if page_reader:
+        page_reader.join(120)
+    assert all(status == 201 for status, _ in answers.values()), answers
+    assert len(answers) == 8
+    landed = [r for r in runs(url, "concurrent") if r["run_id"] not in before]
+    assert sorted(r["tags"]["job"] for r in landed) == [str(i) for i in range(8)]
+    assert sorted(a["run_id"] for _, a in answers.values()) == sorted(r["run_id"] for r in landed)
+    assert not bad_reads and reads[0] > 1
+    for r in landed:  # each whole: its ranks' figures and its checklist are there
+        status, detail = request(url, "GET", f"/runs/{r['run_id']}")
+        assert len(detail["rank_figures"]) == 2 and len(detail["findings"]) == len(RULE_IDS)
+    if page_reader:
+        assert seen["renders"] >= 1, "the History page rendered during the pushes"
+    print(f"8 concurrent pushes in {elapsed_s:.1f} s; {reads[0]} API reads, {seen['renders']} page renders")
+
+
+def test_check_against_the_server(server):
+    url, _, _ = server
+    for bundle in ("ddp", "ddp"):
+        assert push_raw(url, zipped(SAMPLES / bundle), "gate")[0] == 201
+    check = [*COMMAND, "check", "--run", "gate", "--server", url]
+    same = subprocess.run(check, capture_output=True, text=True, timeout=60)
+    assert same.returncode == 0 and same.stdout.startswith("PASS"), same.stdout + same.stderr
+    assert push_raw(url, zipped(SAMPLES / "ddp_straggler"), "gate")[0] == 201
+    worse = subprocess.run([*check, "--json"], capture_output=True, text=True, timeout=60)
+    assert worse.returncode == 1, worse.stderr
+    verdict = json.loads(worse.stdout)
+    assert verdict["status"] == "regression" and verdict["metric"] == "exposed_comm_ms"
+    status, via_http = request(url, "GET", f"/runs/{verdict['run']['run_id']}/check")
+    assert status == 200 and via_http == verdict
+
+
+def _session_processes(sid: int) -> list[int]:
+    """Processes in session ``sid`` (the dashboard command was started in a session of its own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:  # after pid (comm): state, ppid, pgrp, session
+                found.append(int(entry.name))
+    return found
+
+
+def _port_free(port: int) -> bool:
+    """Nothing listens on the port: a connection is refused and a new server can bind it
+    (SO_REUSEADDR, as servers do: connections of the stopped one may linger in TIME_WAIT)."""
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            return False
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            return True
+        except OSError:
+            return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_everything_within_5_s(tmp_path, sig):
+    """SIGTERM or SIGINT to the dashboard's process only (not its group): 5 s later nothing it
+    started runs, the port is free and the catalog is not locked, even with a push in flight."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN} ci\n")
+    db = tmp_path / "catalog.duckdb"
+    proc, url = start_server(db, "--api-tokens", str(tokens))
+    port = urlsplit(url).port
+    try:
+        assert push_raw(url, zipped(SAMPLES / "ddp"), "before")[0] == 201
+        body = zipped(SAMPLES / "hsdp_2x2")
+        inflight = threading.Thread(target=lambda: _ignore_errors(push_raw, url, body, "inflight"), daemon=True)
+        inflight.start()
+        time.sleep(0.3)
+        os.kill(proc.pid, sig)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (proc.poll() is None or _session_processes(proc.pid)):
+            time.sleep(0.05)
+        assert proc.poll() is not None, f"the dashboard still runs 5 s after {sig.name}"
+        assert _session_processes(proc.pid) == [], "a process it started outlived it"
+        assert _port_free(port)
+    finally:
+        stop_server(proc)
+    from overlapscope.analyzer.store import catalog
+
+    con = catalog.open_catalog(db)  # not locked; and never half a run
+    names = [r["name"] for r in catalog.runs(con)]
+    assert "before" in names and set(names) <= {"before", "inflight"}
+    assert all(r["ranks"] == r["world_size"] and r["headline"] for r in catalog.runs(con))
+    con.close()
+
+
+def _ignore_errors(fn, *args):
+    try:
+        fn(*args)
+    except OSError:  # the server stopped under it
+        pass

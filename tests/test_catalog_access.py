@@ -1,0 +1,184 @@
+"""Sharing the catalog: one writer thread in a server, bounded waits for a file another
+process holds, and the API's tokens."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from overlapscope.analyzer.errors import CatalogBusy, UsageError
+from overlapscope.analyzer.store import access, catalog
+from overlapscope.dashboard import auth
+from conftest import SAMPLES
+
+HOLD = ("import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); print('locked', flush=True); "
+        "time.sleep(float(sys.argv[2]))")
+
+
+def _holder(path, seconds: float) -> subprocess.Popen:
+    """Another process holding the catalog's write lock for ``seconds``."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path), str(seconds)], stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"locked"
+    return proc
+
+
+def _cli(*args, env_extra=None, timeout=120):
+    import os
+
+    from test_api import COMMAND
+
+    return subprocess.run([*COMMAND, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env_extra or {})})
+
+
+@pytest.mark.slow
+def test_ingest_waits_for_a_lock_held_for_seconds(tmp_path):
+    db = tmp_path / "catalog.duckdb"
+    catalog.open_catalog(db).close()
+    holder = _holder(db, 3)
+    try:
+        started = time.monotonic()
+        done = _cli("ingest", str(SAMPLES / "ddp"), "--run", "waited", "--db", str(db))
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - started > 1.5, "it waited for the holder"
+        assert "in use by another process" in done.stderr and "waiting up to 120 s" in done.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    con = catalog.open_catalog(db, read_only=True)
+    assert [r["name"] for r in catalog.runs(con)] == ["waited"]
+    con.close()
+
+
+@pytest.mark.slow
+def test_the_wait_is_bounded_and_says_so(tmp_path):
+    db = tmp_path / "catalog.duckdb"
+    catalog.open_catalog(db).close()
+    holder = _holder(db, 60)
+    try:
+        done = _cli("ingest", str(SAMPLES / "ddp"), "--run", "late", "--db", str(db),
+                    env_extra={"OVERLAPSCOPE_CATALOG_WAIT_S": "1"})
+        assert done.returncode == 2
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("overlapscope: error: ") and "still held after waiting 1 s" in last
+        history = _cli("history", "--db", str(db), env_extra={"OVERLAPSCOPE_CATALOG_WAIT_S": "0"})
+        assert history.returncode == 2 and history.stderr.count("\n") == 1
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_one_writer_thread_stores_concurrent_writes_whole(tmp_path):
+    """Eight threads store runs at once through the shared catalog: all land with distinct ids,
+    and readers in between see only whole runs."""
+    db = tmp_path / "catalog.duckdb"
+    shared = access.SharedCatalog(str(db), keep_open_s=5.0)
+    decoded = catalog.decode([str(SAMPLES / "ddp")], workers=1)
+    ids, partial = [], []
+
+    def store(i: int) -> None:
+        ids.append(shared.write(lambda con: catalog.store(con, decoded, f"run-{i}")))
+
+    def read() -> None:
+        for _ in range(20):
+            with shared.read() as con:
+                partial.extend(r for r in catalog.runs(con) if r["ranks"] != 2 or r["headline"] is None)
+
+    threads = [threading.Thread(target=store, args=(i,)) for i in range(8)] + [threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(ids) == list(range(1, 9)) and partial == []
+    with shared.read() as con:
+        assert sorted(r["name"] for r in catalog.runs(con)) == sorted(f"run-{i}" for i in range(8))
+    assert shared.is_open, "kept open between uses"
+    shared.stop()
+    assert not shared.is_open
+    with pytest.raises(CatalogBusy, match="stopping"):
+        shared.submit(lambda con: None)
+
+
+def test_a_write_that_fails_stores_nothing_and_the_writer_goes_on(tmp_path):
+    shared = access.SharedCatalog(str(tmp_path / "catalog.duckdb"))
+
+    def half(con):
+        con.execute("BEGIN TRANSACTION")
+        con.execute("INSERT INTO runs (run_id, name) VALUES (1, 'half')")
+        raise ValueError("stopped half way")
+
+    with pytest.raises(ValueError, match="half way"):
+        shared.write(half)
+    assert shared.write(lambda con: con.execute("SELECT count(*) FROM runs").fetchone()[0]) == 0
+    assert not shared.is_open, "keep_open_s=0: closed after each use"
+
+
+def test_an_idle_server_lets_another_process_in(tmp_path):
+    db = tmp_path / "catalog.duckdb"
+    shared = access.SharedCatalog(str(db), keep_open_s=0.3)
+    shared.write(lambda con: None)
+    assert shared.is_open
+    time.sleep(0.8)
+    assert not shared.is_open
+    other = subprocess.run([sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1]).close()", str(db)],
+                           capture_output=True, timeout=60)
+    assert other.returncode == 0, other.stderr
+
+
+# --- tokens --------------------------------------------------------------------------
+
+
+def test_token_file_and_who_pushes():
+    tokens = auth.parse("# the team\n\nci-0123456789abcdef ci-bot\nlaptop-0123456789abcdef alice smith\n", "t")
+    assert tokens.configured
+    assert tokens.who("ci-0123456789abcdef") == "ci-bot"
+    assert tokens.who("laptop-0123456789abcdef") == "alice smith"
+    assert tokens.who("ci-0123456789abcdeX") is None and tokens.who("") is None and tokens.who(None) is None
+    assert auth.bearer("Bearer ci-0123456789abcdef") == "ci-0123456789abcdef"
+    assert auth.bearer("bearer  x ") == "x" and auth.bearer("Basic abc") is None and auth.bearer(None) is None
+    assert not auth.NONE.configured and auth.NONE.who("anything") is None
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("tok-0123456789abcdef\n", "t:1: a line is 'TOKEN NAME'"),
+    ("# only\nshort name\n", "t:2: the token is shorter than 16 characters"),
+    ("a-0123456789abcdef x\na-0123456789abcdef y\n", "t:2: this token is already on an earlier line"),
+    ("# nothing\n", "t: no tokens in the file"),
+])
+def test_a_bad_token_file_names_the_line_never_the_token(text, problem):
+    with pytest.raises(UsageError) as err:
+        auth.parse(text, "t")
+    assert str(err.value).startswith(problem)
+    assert "0123456789abcdef" not in str(err.value) and "short " not in str(err.value)
+
+
+def test_tokens_are_read_again_when_the_file_changes(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("first-0123456789abcdef ci\n")
+    assert auth.current(path).who("first-0123456789abcdef") == "ci"
+    time.sleep(0.01)
+    path.write_text("second-0123456789abcdef ci\n")
+    assert auth.current(path).who("first-0123456789abcdef") is None
+    assert auth.current(path).who("second-0123456789abcdef") == "ci"
+    assert auth.current(None) is auth.NONE
+
+
+def test_results_prepared_beside_the_writer_equal_those_computed_in_it(tmp_path):
+    """A server computes a run's headline, findings and figures on a private store before the
+    writer stores it: the catalog ends up with the same rows as an ingest that computes them."""
+    con = catalog.open_catalog(tmp_path / "catalog.duckdb")
+    decoded = catalog.decode([str(SAMPLES / "fsdp_per_block")], workers=1)
+    a = catalog.store(con, decoded, "inside")
+    b = catalog.store(con, decoded, "beside", prepared=catalog.prepare(decoded))
+    runs = {r["run_id"]: r for r in catalog.runs(con)}
+    assert runs[a]["headline"] == runs[b]["headline"]
+    assert catalog.detail(con, a)["findings"] == catalog.detail(con, b)["findings"]
+    assert catalog.figures(con, a) == catalog.figures(con, b)
+    from overlapscope.analyzer import sql
+
+    assert sql.rows(con, "catalog.group_metrics", run_id=a) == sql.rows(con, "catalog.group_metrics", run_id=b)
+    con.close()
