@@ -5,7 +5,7 @@ from __future__ import annotations
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.cli.common import describe, emit, open_catalog
-from overlapscope.cli.tables import table
+from overlapscope.cli.tables import clean, table
 
 HISTORY_COLUMNS = [
     ("run_id", "id"), ("name", "name"), ("created_at", "created (UTC)"), ("ranks", "ranks"),
@@ -51,11 +51,12 @@ def run_ingest(args) -> int:
         opened.append(open_catalog(args.db))
         return opened[0]
 
-    run_id = catalog.ingest(None, args.paths, args.run, parse_tags(args.tag), workers=args.workers, open_con=open_con)
-    row = next(r for r in catalog.runs(opened[0], args.run) if r["run_id"] == run_id)
-    result = {"run_id": run_id, "name": args.run, **{k: row[k] for k in catalog.HISTORY_FIGURES},
+    name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # before any decoding
+    run_id = catalog.ingest(None, args.paths, name, tags, workers=args.workers, open_con=open_con)
+    row = next(r for r in catalog.runs(opened[0], name) if r["run_id"] == run_id)
+    result = {"run_id": run_id, "name": name, **{k: row[k] for k in catalog.HISTORY_FIGURES},
               "headline": row["headline"]}
-    return emit(result, args.json, lambda r: print(f"stored run {run_id} ({args.run}): {describe(r['headline'])}"))
+    return emit(result, args.json, lambda r: print(f"stored run {run_id} ({clean(name)}): {describe(r['headline'])}"))
 
 
 def run_history(args) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from overlapscope.analyzer import gate
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.cli.common import emit, open_catalog
+from overlapscope.cli.common import emit, open_catalog, run_ref
 
 
 def add_parser(sub) -> None:
@@ -17,7 +17,9 @@ def add_parser(sub) -> None:
                        description="Compare the latest run of a name with its baseline on one headline metric. "
                                    "Exit 0 within the bound, 1 on a regression (what regressed, by how much, "
                                    "and the buckets or units that changed most), 2 on an error.")
-    p.add_argument("--run", required=True, metavar="NAME|ID", help="the run's name (its latest run) or a run id")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", metavar="NAME|#ID", help="the run's name (its latest run), or #ID for a run id")
+    which.add_argument("--run-id", type=int, metavar="ID", help="a run by its id")
     p.add_argument("--baseline", default="previous", metavar="previous|RUN_ID",
                    help="what to compare with: the previous run of the same name (default) or a run id")
     p.add_argument("--metric", default=gate.DEFAULT_METRIC, choices=gate.METRICS,
@@ -38,7 +40,7 @@ def _local(args) -> dict:
 
     con = open_catalog(args.db, read_only=True)
     try:
-        run_id = catalog.resolve_run(con, args.run)
+        run_id = catalog.resolve_run(con, run_ref(args))
         return gate.check(con, run_id, args.baseline, args.metric, args.max_regression_pct)
     finally:
         con.close()
@@ -48,13 +50,16 @@ def _remote(args) -> dict:
     from overlapscope.cli.remote import Server
 
     server = Server(args.server)
-    if args.run.isdigit():
-        run_id = int(args.run)
-    else:
-        runs = server.get("/runs", [("name", args.run)])["runs"]
-        if not runs:
-            raise UsageError(f"{server.url}: no run {args.run!r}")
-        run_id = runs[0]["run_id"]
+    ref = run_ref(args)
+    if isinstance(ref, str) and ref.startswith("#") and ref[1:].isdigit():
+        ref = int(ref[1:])
+    if isinstance(ref, int):
+        run_id = ref
+    else:  # as a local --run: the newest run of the name, else digits are an id
+        runs = server.get("/runs", [("name", ref)])["runs"]
+        if not runs and not ref.isdigit():
+            raise UsageError(f"{server.url}: no run {ref!r}")
+        run_id = runs[0]["run_id"] if runs else int(ref)
     return server.get(f"/runs/{run_id}/check", [("baseline", str(args.baseline)), ("metric", args.metric),
                                                  ("max_regression_pct", repr(args.max_regression_pct))])
 

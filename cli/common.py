@@ -35,23 +35,37 @@ def open_catalog(db, read_only: bool = False):
 
 def add_source_arguments(p) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="trace files, directories of per-rank files, or .zip")
-    p.add_argument("--run", metavar="NAME|ID", help="a run stored in the catalog instead of paths")
+    p.add_argument("--run", metavar="NAME|#ID", help="a run stored in the catalog instead of paths: the newest run "
+                   "of that name, or #ID for a run id (digits that no run is named are an id)")
+    p.add_argument("--run-id", type=int, metavar="ID", help="a stored run by its id")
     p.add_argument("--db", metavar="FILE", help="the catalog file (default: $OVERLAPSCOPE_DB or the user data dir)")
     p.add_argument("--workers", type=int, default=None, help="parallel decode processes (default: CPUs)")
 
 
 def stored_run(args):
     """(connection, run id) for ``--run``, or None when paths were given."""
-    if args.run and args.paths:
+    ref = run_ref(args)
+    if ref is not None and args.paths:
         raise UsageError("give trace paths or --run, not both")
-    if not args.run:
+    if ref is None:
         if not args.paths:
             raise UsageError("give trace paths (files, directories, .zip) or --run NAME")
         return None
     from overlapscope.analyzer.store import catalog
 
     con = open_catalog(args.db, read_only=True)
-    return con, catalog.resolve_run(con, args.run)
+    try:
+        return con, catalog.resolve_run(con, ref)
+    except BaseException:
+        con.close()
+        raise
+
+
+def run_ref(args) -> str | int | None:
+    """What ``--run NAME|#ID`` or ``--run-id ID`` names (an int is an id); None for neither."""
+    if args.run is not None and args.run_id is not None:
+        raise UsageError("give --run or --run-id, not both")
+    return args.run_id if args.run_id is not None else args.run
 
 
 def to_json(result) -> bytes:

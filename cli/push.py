@@ -96,7 +96,9 @@ def _bar(enabled: bool):
 
 
 def run_push(args) -> int:
-    tags = parse_tags(args.tag)
+    from overlapscope.analyzer.store import catalog
+
+    name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # the server checks again
     server = Server(args.url, read_token(args.token_file))
     health = server.get("/health")
     if not health.get("writes"):
@@ -107,7 +109,7 @@ def run_push(args) -> int:
         if limit and size > limit:
             raise UsageError(f"{path}: {size / 2**20:,.1f} MiB is more than {server.url} accepts "
                              f"({limit / 2**20:,.0f} MiB)")
-        params = [("name", args.run), ("file", path.name)] + [("tag", f"{k}={v}") for k, v in tags.items()]
+        params = [("name", name), ("file", path.name)] + [("tag", f"{k}={v}") for k, v in tags.items()]
         status, answer = server.post_file("/runs", str(path), params, _bar(sys.stderr.isatty()))
     if status != 201:
         raise UsageError(server.refusal(status, answer))

@@ -222,11 +222,11 @@ class Api:
         who, refused = self._who(request)
         if refused is not None:
             return refused
-        name = (request.query_params.get("name") or "").strip()
-        if not name:
+        if not (request.query_params.get("name") or "").strip():
             return _error(400, "give the run a name: POST /api/v1/runs?name=NAME")
         try:
-            tags = parse_tags(request.query_params.getlist("tag"))
+            name = catalog.check_run_name(request.query_params.get("name"))
+            tags = catalog.check_tags(parse_tags(request.query_params.getlist("tag")))
         except UsageError as err:
             return _error(400, str(err))
         folder = Path(tempfile.mkdtemp(prefix="overlapscope-push-"))

@@ -50,7 +50,7 @@ def streamlit_options(settings: Settings, port: int, address: str) -> dict:
         "server.port": port,
         "server.address": address,
         "server.headless": True,
-        # Streamlit's own per-file limit; the Upload page enforces the total
+        # Streamlit's own per-file cap; spool.UploadSpool caps the total while it arrives
         "server.maxUploadSize": settings.max_upload_mb,
         "browser.gatherUsageStats": False,
         "server.fileWatcherType": "none",  # no polling of the source files: this is not a dev server
@@ -68,13 +68,16 @@ def listen(address: str, port: int) -> socket.socket:
 
 
 def build(settings: Settings):
-    """Streamlit's ASGI app on ``app.py`` with the API's routes, and the API object."""
+    """Streamlit's ASGI app on ``app.py`` with the API's routes, its uploads spooled to disk
+    (``spool.py``), and the API object."""
     import streamlit as st
 
     from overlapscope.dashboard.api import Api
+    from overlapscope.dashboard.spool import UploadSpool
 
     api = Api(settings)
     shared = access.shared(settings.db, keep_open_s=KEEP_OPEN_S)
+    spool = None
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -83,8 +86,10 @@ def build(settings: Settings):
         finally:
             api.close()
             shared.stop(timeout_s=1.5)
+            spool.close()
 
-    return st.App(str(app_path()), routes=api.routes(), lifespan=lifespan), api
+    spool = UploadSpool(st.App(str(app_path()), routes=api.routes(), lifespan=lifespan), settings.max_upload_bytes)
+    return spool, api
 
 
 def serve(settings: Settings, port: int, address: str) -> int:

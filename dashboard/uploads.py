@@ -7,9 +7,11 @@ Storing is ``catalog.ingest``, atomic: on a bad file nothing is stored.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -17,6 +19,8 @@ from pathlib import Path
 
 from overlapscope.analyzer import api
 from overlapscope.analyzer.ingest import inputs
+from overlapscope.analyzer.store import catalog
+from overlapscope.dashboard import spool
 from overlapscope.analyzer.errors import InputError, UsageError
 
 ACCEPTED = (".json", ".json.gz", ".gz", ".zip")
@@ -36,13 +40,18 @@ class Outcome:
     seconds: float = 0.0
 
 
-def total_bytes(files) -> int:
-    return sum(len(f.getbuffer()) for f in files)
+def _spooled(f, session_id: str | None) -> Path | None:
+    """The file's bytes on disk, where the server spooled them (``spool.py``)."""
+    return spool.path(session_id, getattr(f, "file_id", "")) if session_id else None
 
 
-def size_error(files, limit_bytes: int) -> str | None:
+def total_bytes(files, session_id: str | None = None) -> int:
+    return sum(p.stat().st_size if (p := _spooled(f, session_id)) else len(f.getbuffer()) for f in files)
+
+
+def size_error(files, limit_bytes: int, session_id: str | None = None) -> str | None:
     """Why the upload is too large, or None."""
-    size = total_bytes(files)
+    size = total_bytes(files, session_id)
     if size > limit_bytes:
         return (f"the upload holds {size / 2**20:,.1f} MiB, more than the limit of {limit_bytes / 2**20:,.0f} MiB "
                 "(set $OVERLAPSCOPE_MAX_UPLOAD_MB to change it)")
@@ -63,21 +72,45 @@ def parse_tags(text: str) -> dict:
     return tags
 
 
+def check_form(name: str, tag_text: str) -> tuple[str, dict]:
+    """The run name and tags as they will be stored, or a ``UsageError`` (the catalog's rules)."""
+    return catalog.check_run_name(name), catalog.check_tags(parse_tags(tag_text))
+
+
 def default_run_name(names: list[str]) -> str:
-    """A run name from the uploaded file names: their common stem, else the first one's."""
+    """A run name from the uploaded file names: their common stem, else the first one's
+    (made a valid run name: printable, no leading '#', not too long)."""
     stems = [re.sub(r"(\.pt)?\.trace|\.json|\.gz|\.zip", "", os.path.basename(n)) for n in names]
     common = os.path.commonprefix(stems).rstrip("-_.") if stems else ""
     common = re.sub(r"[-_.]?(rank|worker)$", "", common, flags=re.IGNORECASE)
-    return common or (stems[0] if stems else "upload")
+    name = "".join(ch if ch.isprintable() else "_" for ch in (common or (stems[0] if stems else ""))).lstrip("# ")
+    return name[:catalog.MAX_RUN_NAME_CHARS].strip() or "upload"
+
+
+MAX_FILE_NAME_BYTES = 160  # well under the 255 bytes of common file systems, with room for a "N-" prefix
 
 
 def safe_name(name: str) -> str:
-    base = os.path.basename(name.replace("\\", "/"))
-    return re.sub(r"[^\w.+-]", "_", base) or "upload.json"
+    """A file name for an upload: its base name with only word characters, '.', '+'
+    and '-'; a long one keeps its start, its end (where a rank number usually is)
+    and its suffix, with a short hash between so that two long names stay distinct."""
+    base = re.sub(r"[^\w.+-]", "_", os.path.basename(name.replace("\\", "/"))) or "upload.json"
+    if len(base.encode()) <= MAX_FILE_NAME_BYTES:
+        return base
+    suffix = next((s for s in sorted(ACCEPTED, key=len, reverse=True) if base.lower().endswith(s)), "")
+    stem = base[:len(base) - len(suffix)]
+    digest = hashlib.sha1(base.encode()).hexdigest()[:8]
+    keep = 40  # characters of each end, fewer where they take several bytes each
+    while True:
+        short = f"{stem[:keep]}-{digest}-{stem[-keep:]}{suffix}"
+        if len(short.encode()) <= MAX_FILE_NAME_BYTES or keep <= 1:
+            return short
+        keep -= 1
 
 
-def save(files, folder: Path) -> list[Path]:
-    """Write the uploads into ``folder`` under their own (sanitized, unique) names."""
+def save(files, folder: Path, session_id: str | None = None) -> list[Path]:
+    """Put the uploads into ``folder`` under their own (sanitized, unique) names: the
+    spooled ones are moved (no copy in memory), others written from their buffer."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for f in files:
@@ -86,7 +119,11 @@ def save(files, folder: Path) -> list[Path]:
         while path.exists():  # two uploads of one name keep both
             path = folder / f"{n}-{safe_name(f.name)}"
             n += 1
-        path.write_bytes(f.getbuffer())
+        spooled = _spooled(f, session_id)
+        if spooled is not None:
+            shutil.move(spooled, path)
+        else:
+            path.write_bytes(f.getbuffer())
         paths.append(path)
     return paths
 
@@ -155,15 +192,16 @@ def run_with_progress(work, on_progress, expected_s: float, decoded: dict | None
                 on_progress(min(0.95, fraction), elapsed)
 
 
-def store(ingest, files, folder: Path, name: str, tags: dict, on_progress) -> Outcome:
+def store(ingest, files, folder: Path, name: str, tags: dict, on_progress, session_id: str | None = None) -> Outcome:
     """Save ``files`` under ``folder``, check them, and ``ingest(paths, name, tags)`` them.
 
     ``ingest`` stores a run and returns its id (``data.ingest`` bound to the catalog);
-    it reports each decoded file through its ``on_decoded`` argument.
+    it reports each decoded file through its ``on_decoded`` argument. ``session_id``:
+    the browser session whose spooled uploads these are (they move into ``folder``).
     """
     start = time.monotonic()
     on_progress(0.02, 0.0)
-    paths = save(files, folder)
+    paths = save(files, folder, session_id)
     errors = check_each(paths, folder)
     if errors:
         return Outcome(errors=errors, seconds=time.monotonic() - start)

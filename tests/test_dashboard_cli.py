@@ -127,15 +127,15 @@ def wait_healthy(url: str, proc, timeout_s: float = 60) -> None:
     raise AssertionError(f"the dashboard did not answer at {url} within {timeout_s} s")
 
 
-def start_server(db: Path, *extra: str):
-    """``overlapscope dashboard`` as a user starts it; returns (process, url)."""
+def start_server(db: Path, *extra: str, env: dict | None = None):
+    """``overlapscope dashboard`` as a user starts it (``env``: more environment); returns (process, url)."""
     port = _free_port()
     exe = Path(sys.executable).parent / "overlapscope"
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "overlapscope.cli"]
     proc = subprocess.Popen([*command, "dashboard", "--db", str(db), "--port", str(port),
                              "--address", "127.0.0.1", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "OVERLAPSCOPE_NO_SAMPLES": "1"})
+                            env={**os.environ, "OVERLAPSCOPE_NO_SAMPLES": "1", **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)

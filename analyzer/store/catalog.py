@@ -97,8 +97,7 @@ def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: 
     """
     from overlapscope.analyzer.store import results  # the checklist: imported when a run is stored
 
-    if not name:
-        raise UsageError("a run needs a name (--run NAME)")
+    name, tags = check_run_name(name), check_tags(tags)
     import duckdb
 
     from overlapscope.analyzer.store.database import path_of
@@ -145,8 +144,7 @@ def store(con, decoded: Decoded, name: str, tags: dict | None = None, pushed_by:
     (those of ``prepare`` when given, else computed here)."""
     from overlapscope.analyzer.store import results
 
-    if not name:
-        raise UsageError("a run needs a name")
+    name, tags = check_run_name(name), check_tags(tags)
     after = results.write if prepared is None else (lambda c, run_id: results.save(c, run_id, prepared))
     return store_decoded(con, decoded, name, tags, after=after, pushed_by=pushed_by)
 
@@ -186,16 +184,62 @@ def detail(con, run_id: int) -> dict:
             "findings": sql.rows(con, "catalog.findings", run_id=run_id)}
 
 
-def resolve_run(con, ref: str) -> int:
-    """A run id from ``--run NAME|ID`` (the newest run of that name)."""
+MAX_RUN_NAME_CHARS = 200
+
+
+def check_run_name(name: str | None) -> str:
+    """A run name as stored (surrounding blanks stripped), or a ``UsageError`` saying
+    why not: it must be non-blank, at most ``MAX_RUN_NAME_CHARS`` printable characters
+    (no control or invisible formatting characters: it is shown in terminals, tables
+    and pages), and not start with ``#`` (``#N`` means run id N)."""
+    stripped = (name or "").strip()
+    if not stripped:
+        raise UsageError("a run name cannot be blank")
+    if len(stripped) > MAX_RUN_NAME_CHARS:
+        raise UsageError(f"a run name has at most {MAX_RUN_NAME_CHARS} characters, this one has {len(stripped)}")
+    bad = next((ch for ch in stripped if not ch.isprintable()), None)
+    if bad is not None:
+        raise UsageError(f"a run name must be printable text: it holds the character U+{ord(bad):04X}")
+    if stripped.startswith("#"):
+        raise UsageError("a run name cannot start with '#' (#N means run id N)")
+    return stripped
+
+
+def check_tags(tags: dict | None) -> dict:
+    """Tags as stored, or a ``UsageError``: keys non-blank, keys and values printable
+    and at most ``MAX_RUN_NAME_CHARS`` characters."""
+    out = {}
+    for key, value in (tags or {}).items():
+        key, value = str(key).strip(), str(value).strip()
+        if not key:
+            raise UsageError("a tag needs a key (KEY=VALUE)")
+        for text in (key, value):
+            if len(text) > MAX_RUN_NAME_CHARS or not text.isprintable():
+                raise UsageError(f"tag {key[:40]!r}: keys and values are printable text of at most "
+                                 f"{MAX_RUN_NAME_CHARS} characters")
+        out[key] = value
+    return out
+
+
+def resolve_run(con, ref: str | int) -> int:
+    """A run id from ``--run``: ``#N`` (or an int) is run id N; else the newest run of
+    that name; else, for digits that no run is named, the run id."""
+    if isinstance(ref, int):
+        return _by_id(con, ref, f"#{ref}")
+    if ref.startswith("#") and ref[1:].isdigit():
+        return _by_id(con, int(ref[1:]), ref)
+    found = sql.one(con, "catalog.newest_of_name", name=ref)
+    if found and found[0] is not None:
+        return found[0]
     if ref.isdigit():
-        found = sql.one(con, "catalog.run_by_id", run_id=int(ref))
-    else:
-        found = sql.one(con, "catalog.newest_of_name", name=ref)
-        found = found if found and found[0] is not None else None
-    if not found:
+        return _by_id(con, int(ref), ref)
+    raise RunNotFound(f"no run {ref!r} in the catalog")
+
+
+def _by_id(con, run_id: int, ref: str) -> int:
+    if not sql.one(con, "catalog.run_by_id", run_id=run_id):
         raise RunNotFound(f"no run {ref!r} in the catalog")
-    return found[0]
+    return run_id
 
 
 def sample_bundles(samples_dir: Path = SAMPLES_DIR) -> list[Path]:

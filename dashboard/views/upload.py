@@ -16,10 +16,32 @@ import streamlit as st
 
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest import limits
-from overlapscope.dashboard import auth, context, data, uploads
+from overlapscope.dashboard import auth, context, data, spool, uploads
 from overlapscope.dashboard.server import is_loopback
 
 DONE_KEY = "_upload_done"
+REFUSED_KEY = "_upload_refused"
+ROUND_KEY = "_upload_round"  # a new file uploader (empty) after each stored or refused upload
+
+
+def _session_id() -> str | None:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx else None
+
+
+def _uploader_key() -> str:
+    n = st.session_state.get(ROUND_KEY, 0)
+    return "upload_files" if n == 0 else f"upload_files_{n}"
+
+
+def _forget(files) -> None:
+    """Drop the uploads from the server (disk and Streamlit's records) and empty the uploader."""
+    session_id = _session_id()
+    if session_id:
+        spool.release(session_id, [f.file_id for f in files])
+    st.session_state[ROUND_KEY] = st.session_state.get(ROUND_KEY, 0) + 1
 
 
 def _access(settings) -> auth.Tokens | None:
@@ -39,7 +61,8 @@ def _access(settings) -> auth.Tokens | None:
 
 def _form(settings):
     files = st.file_uploader("Per-rank traces (.json, .json.gz), a manifest.json, or a .zip of them",
-                             type=["json", "gz", "zip"], accept_multiple_files=True, key="upload_files",
+                             type=["json", "gz", "zip"], accept_multiple_files=True,
+                             key=_uploader_key(),
                              help=f"One file per rank. Limit: {settings.max_upload_mb:,} MiB in all.")
     names = [f.name for f in files or []]
     name = st.text_input("Run name", value=uploads.default_run_name(names) if names else "", key="upload_name",
@@ -58,9 +81,9 @@ def _store(settings, files, name: str, tags: dict, who: str | None) -> uploads.O
             bar.progress(fraction, text=f"{text} · {elapsed_s:.1f} s")
 
         with tempfile.TemporaryDirectory(prefix="overlapscope-upload-") as tmp:
-            outcome = uploads.store(functools.partial(data.ingest, settings.db, pushed_by=who,
-                                                      limits=limits.for_uploads(settings.max_upload_bytes)), files, Path(tmp),
-                                    name, tags, progress)
+            ingest = functools.partial(data.ingest, settings.db, pushed_by=who,
+                                       limits=limits.for_uploads(settings.max_upload_bytes))
+            outcome = uploads.store(ingest, files, Path(tmp), name, tags, progress, session_id=_session_id())
         if outcome.errors:
             status.update(label="Nothing was stored: fix the files below and upload again.", state="error")
         else:
@@ -89,21 +112,21 @@ def render() -> None:
     if tokens.configured and who is None:
         st.error("Give a valid API token to upload (ask whoever runs this dashboard for one).")
         return
-    too_big = uploads.size_error(files, settings.max_upload_bytes)
+    too_big = uploads.size_error(files, settings.max_upload_bytes, _session_id())
     if too_big:
-        st.error(too_big)
-        return
+        _refused(files, [too_big])
     if not name:
         st.error("Give the run a name.")
         return
     try:
-        tags = uploads.parse_tags(tag_text)
+        name, tags = uploads.check_form(name, tag_text)
     except UsageError as err:
         st.error(str(err))
         return
     outcome = _store(settings, files, name, tags, who)
-    for line in outcome.errors:
-        st.error(line)
+    if outcome.errors:
+        _refused(files, outcome.errors)
+    _forget(files)  # stored: the server keeps no copy of the uploads
     if outcome.run_id is not None:
         # rerun so that the sidebar lists and selects the new run; the message survives in the session
         data.runs.clear()
@@ -113,8 +136,18 @@ def render() -> None:
         st.rerun()
 
 
+def _refused(files, errors: list[str]) -> None:
+    """Nothing was stored: forget the uploads (upload again after a fix) and show why, after
+    a rerun that empties the uploader (so the next files chosen are not lost to it)."""
+    _forget(files)
+    st.session_state[REFUSED_KEY] = errors
+    st.rerun()
+
+
 def _done() -> None:
-    """The message of an upload that just finished (shown once, after the rerun)."""
+    """The message of an upload that just finished or was refused (shown once, after the rerun)."""
+    for line in st.session_state.pop(REFUSED_KEY, None) or []:
+        st.error(line)
     message = st.session_state.pop(DONE_KEY, None)
     if message:
         st.success(message)
