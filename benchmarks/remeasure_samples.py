@@ -8,7 +8,7 @@ over measured comm), the step's measured against predicted exposed comm (medians
 the steps whose measurement disagrees with the model and the term that explains most
 of them; then, for every rule, in how many samples it fails and warns.
 
-    python benchmarks/remeasure_samples.py [--markdown]
+    python benchmarks/remeasure_samples.py [--samples DIR]   (prints Markdown tables)
 """
 
 from __future__ import annotations

@@ -62,6 +62,12 @@ def _json(value, status: int = 200, headers: dict | None = None) -> Response:
     return Response(msgspec.json.encode(value), status_code=status, media_type="application/json", headers=headers)
 
 
+def _busy(err: Exception) -> Response:
+    """503 for a catalog another process holds; the file's path stays in the server's log."""
+    _log(str(err))
+    return _error(503, "the catalog is in use by another process on the server; try again in a moment")
+
+
 def _error(status: int, message: str, headers: dict | None = None) -> Response:
     return _json({"error": message}, status, headers)
 
@@ -129,7 +135,7 @@ class Api:
         except RunNotFound as err:
             return _error(404, str(err))
         except CatalogBusy as err:
-            return _error(503, str(err))
+            return _busy(err)
         except UsageError as err:
             return _error(400, str(err))
         return _json(value)
@@ -139,7 +145,7 @@ class Api:
             runs = await asyncio.wrap_future(self._reads.submit(
                 self._read_now, lambda con: sql.one(con, "catalog.count")[0]))
         except CatalogBusy as err:
-            return _error(503, str(err))
+            return _busy(err)
         return _json({"version": version(), "runs": runs, "writes": self._tokens().configured,
                       "max_upload_bytes": self.settings.max_upload_bytes})
 
@@ -244,12 +250,12 @@ class Api:
         except InputError as err:
             return _error(400, uploads.display_error(err, folder))
         except CatalogBusy as err:
-            return _error(503, str(err))
+            return _busy(err)
         except UsageError as err:
             return _error(400, str(err))
         except Exception as err:  # one line to the client; the traceback stays in the server's log
             _log(f"a push of {name!r} failed:\n{traceback.format_exc()}")
-            return _error(500, f"internal error: {type(err).__name__}: {err}")
+            return _error(500, f"internal error ({type(err).__name__}): the server's log has the details")
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         _log(f"stored run {row['run_id']} ({name}) pushed by {who} in {time.monotonic() - started:.2f} s")

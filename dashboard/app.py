@@ -43,8 +43,9 @@ def main() -> None:
         _prepared(settings.db, settings.load_samples, str(settings.samples_dir))
         context.build(settings)
         nav.run()
-    except CatalogBusy as err:
-        st.warning(f"{err}")
+    except CatalogBusy:  # its message names the file: a server path, not for visitors
+        st.warning("The catalog is in use by another process (an ingest or a prune on the server). "
+                   "Retry in a moment.")
         st.button("Retry")
 
 

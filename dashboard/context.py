@@ -12,6 +12,7 @@ import streamlit as st
 
 from overlapscope.dashboard import data
 from overlapscope.dashboard.settings import Settings
+from overlapscope.dashboard.text import md
 
 CTX_KEY = "_overlapscope_ctx"
 RUN_KEY = "run_id"  # the sidebar's run picker
@@ -97,7 +98,6 @@ def build(settings: Settings) -> Context:
                 st.caption(f"{len(shown)} of {len(runs)} runs match the filter.")
         else:
             st.caption("No runs in the catalog yet.")
-        st.caption(f"Catalog: `{settings.db}`")
     ctx = Context(settings, runs, by_id.get(st.session_state[RUN_KEY]), shown)
     st.session_state[CTX_KEY] = ctx
     return ctx
@@ -115,7 +115,7 @@ def select_run(run_id: int) -> None:
 def require_events(run: dict, what: str) -> None:
     """Stop a page that reads raw events when its run was pruned, saying what remains."""
     if run.get("pruned_at"):
-        st.info(f"Run #{run['run_id']} ({run['name']}) was pruned on {str(run['pruned_at'])[:10]}: its raw events "
+        st.info(f"Run #{run['run_id']} ({md(run['name'])}) was pruned on {str(run['pruned_at'])[:10]}: its raw events "
                 f"are gone, so {what} cannot be drawn. Its headline, per-rank and per-step figures and findings "
                 "remain (Overview, Checklist, History, Compare).", icon=":material/inventory_2:")
         st.stop()

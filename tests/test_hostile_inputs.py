@@ -286,3 +286,45 @@ def test_control_characters_never_reach_the_terminal(tmp_path, capsys):
     assert main(["analyze", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and err.count("\n") == 1 and "\\x1b[2J\\nx.json" in err
+
+
+# --- names and manifests --------------------------------------------------------------------
+
+
+def test_a_23_digit_rank_in_a_file_name_is_one_line(tmp_path, capsys):
+    trace = _gpu()
+    trace.pop("distributedInfo")  # the rank must come from the name
+    path = tmp_path / f"rank-{'9' * 23}.json"
+    path.write_text(json.dumps(trace))
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and str(path) in err and "rank" in err
+
+
+def test_a_manifest_nested_20000_deep_is_one_line(tmp_path, capsys):
+    write(_gpu(rank=0), tmp_path / "rank-0.json")
+    (tmp_path / "manifest.json").write_text('{"schema_version": 1, "extra": ' + "[" * 20000 + "]" * 20000 + "}")
+    assert main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "manifest.json" in err
+
+
+def test_a_300_character_upload_name_is_saved_and_analysed(tmp_path):
+    """An upload keeps a file name the file system accepts (255 bytes at most), distinct for
+    two long names that differ only in the middle, with its rank and suffix kept."""
+    from overlapscope.dashboard import uploads
+
+    class Upload:
+        def __init__(self, name: str, data: bytes):
+            self.name, self._data = name, data
+
+        def getbuffer(self):
+            return memoryview(self._data)
+
+    data = json.dumps(_gpu()).encode()
+    long_a = "a" * 150 + "x" + "b" * 140 + "-rank-0.json"
+    long_b = "a" * 150 + "y" + "b" * 140 + "-rank-0.json"
+    paths = uploads.save([Upload(long_a, data), Upload(long_b, data)], tmp_path / "up")
+    assert len({p.name for p in paths}) == 2
+    assert all(len(p.name.encode()) <= 255 and p.name.endswith("rank-0.json") for p in paths)
+    assert uploads.check_each(paths[:1], tmp_path / "up") == []

@@ -7,6 +7,7 @@ import polars as pl
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard.text import md
 
 KIND_LABELS = {"ddp_bucket": "DDP buckets", "fsdp_unit": "FSDP units", "other": "other collectives"}
 TOP = 40
@@ -22,7 +23,7 @@ def _measured(measured: dict) -> str:
 def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
-    st.title(f"Buckets & units · {run['name']}")
+    st.title(f"Buckets & units · {md(run['name'])}")
     context.require_events(run, "its collectives")
     result = data.buckets(*ctx.key())
     summary = result["summary"]

@@ -5,22 +5,23 @@ from __future__ import annotations
 import streamlit as st
 
 from overlapscope.dashboard import context, data, shape
+from overlapscope.dashboard.text import md
 
 
 def _finding(f: dict) -> None:
     icon = shape.STATUS_ICON.get(f.get("status"), ":material/help:")
-    with st.expander(f"{f['title']}", expanded=f.get("status") == "fail", icon=icon):
-        st.markdown(f"**Status:** {f.get('status')} · **severity** {f.get('severity')} · `{f.get('id')}`")
+    with st.expander(md(f["title"]), expanded=f.get("status") == "fail", icon=icon):
+        st.markdown(f"**Status:** {md(f.get('status'))} · **severity** {md(f.get('severity'))} · rule {md(f.get('id'))}")
         if f.get("evidence"):
-            st.markdown(f"**Evidence.** {f['evidence']}")
+            st.markdown(f"**Evidence.** {md(f['evidence'])}")
         if f.get("fix") and f.get("status") in ("fail", "warn"):
-            st.markdown(f"**Fix.** {f['fix']}")
+            st.markdown(f"**Fix.** {md(f['fix'])}")
 
 
 def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
-    st.title(f"Checklist · {run['name']}")
+    st.title(f"Checklist · {md(run['name'])}")
     if run.get("pruned_at"):  # the checklist as it ran at ingest: its evidence is in the findings
         st.caption(f"Run #{run['run_id']} was pruned on {str(run['pruned_at'])[:10]}: these are the findings "
                    "stored when it was ingested.")

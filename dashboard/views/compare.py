@@ -11,6 +11,7 @@ import streamlit as st
 
 from overlapscope.analyzer import gate
 from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard.text import md
 
 # The headline's figures (analyzer/headline.py: the median step of the slowest rank).
 HEADLINE = (("step_ms", "Step", "ms"), ("exposed_comm_ms", "Exposed comm", "ms"),
@@ -81,7 +82,7 @@ def render() -> None:
     names = {"A": f"A: {a['name']} #{a['run_id']}", "B": f"B: {b['name']} #{b['run_id']}"}
     comparison = data.comparison(ctx.db, b["run_id"], data.stamp(b), a["run_id"], data.stamp(a))
     for warning in comparison["warnings"]:
-        st.warning(f"These runs may not be comparable: {warning}.", icon=":material/warning:")
+        st.warning(f"These runs may not be comparable: {md(warning)}.", icon=":material/warning:")
     _headline(a, b, comparison)
     with st.expander("Every headline metric, side by side"):
         st.dataframe(_side_by_side(comparison), hide_index=True)

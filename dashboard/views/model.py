@@ -7,6 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard.text import md
 
 
 def _ratio_section(result: dict, analysis: dict, run_id: int) -> None:
@@ -87,7 +88,7 @@ def _memory_section(result: dict, facts: dict, run_id: int) -> None:
 def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
-    st.title(f"Model · {run['name']}")
+    st.title(f"Model · {md(run['name'])}")
     context.require_events(run, "the model's comparison with the trace")
     result = data.buckets(*ctx.key())
     _ratio_section(result, data.analysis(*ctx.key()), run["run_id"])

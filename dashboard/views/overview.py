@@ -7,6 +7,7 @@ import polars as pl
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard.text import md
 
 
 def _fmt(value, unit: str = "ms", digits: int = 2) -> str:
@@ -39,10 +40,10 @@ def render() -> None:
     run = context.require_run(ctx)
     result = data.analysis(*ctx.key())
     info = result["run"]
-    st.title(f"Overview · {run['name']}")
+    st.title(f"Overview · {md(run['name'])}")
     st.caption(f"{info['world_size']} ranks in the job, {len(info['ranks_loaded'])} loaded · backend "
-               f"{info['backend'] or '?'} · devices {', '.join(info['devices']) or '?'} · "
-               f"parallelism {info['parallelism'] or 'not recorded'}")
+               f"{md(info['backend'] or '?')} · devices {md(', '.join(info['devices']) or '?')} · "
+               f"parallelism {md(info['parallelism'] or 'not recorded')}")
     if info.get("pruned_at"):
         st.caption(f"Pruned on {str(info['pruned_at'])[:10]}: the figures below were stored at ingest; the "
                    "raw events are gone.")

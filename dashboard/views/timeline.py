@@ -7,6 +7,7 @@ import polars as pl
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard.text import md
 
 
 def _pickers(ctx, result: dict, steps: list[dict]) -> tuple[int, list[int]]:
@@ -26,7 +27,7 @@ def _pickers(ctx, result: dict, steps: list[dict]) -> tuple[int, list[int]]:
 def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
-    st.title(f"Timeline · {run['name']}")
+    st.title(f"Timeline · {md(run['name'])}")
     context.require_events(run, "its timeline")
     result = data.analysis(*ctx.key())
     steps = data.steps(*ctx.key())

@@ -9,6 +9,7 @@ uploads are open only on a dashboard that listens on this machine alone.
 from __future__ import annotations
 
 import functools
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest import limits
 from overlapscope.dashboard import auth, context, data, spool, uploads
 from overlapscope.dashboard.server import is_loopback
+from overlapscope.dashboard.text import md
 
 DONE_KEY = "_upload_done"
 REFUSED_KEY = "_upload_refused"
@@ -49,7 +51,8 @@ def _access(settings) -> auth.Tokens | None:
     try:
         tokens = auth.current(settings.api_tokens)
     except UsageError as err:
-        st.error(f"Uploads are off: {err}")
+        print(f"overlapscope: the API token file cannot be read: {err}", file=sys.stderr, flush=True)
+        st.error("Uploads are off: this server's token file cannot be read (its log says why).")
         return None
     address = st.get_option("server.address")
     if not tokens.configured and address and not is_loopback(address):
@@ -121,7 +124,7 @@ def render() -> None:
     try:
         name, tags = uploads.check_form(name, tag_text)
     except UsageError as err:
-        st.error(str(err))
+        st.error(md(err))
         return
     outcome = _store(settings, files, name, tags, who)
     if outcome.errors:
@@ -131,7 +134,7 @@ def render() -> None:
         # rerun so that the sidebar lists and selects the new run; the message survives in the session
         data.runs.clear()
         context.select_run(outcome.run_id)
-        st.session_state[DONE_KEY] = f"Stored run #{outcome.run_id} ({name}) in {outcome.seconds:.1f} s. " \
+        st.session_state[DONE_KEY] = f"Stored run #{outcome.run_id} ({md(name)}) in {outcome.seconds:.1f} s. " \
                                      "It is now the selected run."
         st.rerun()
 
@@ -147,7 +150,7 @@ def _refused(files, errors: list[str]) -> None:
 def _done() -> None:
     """The message of an upload that just finished or was refused (shown once, after the rerun)."""
     for line in st.session_state.pop(REFUSED_KEY, None) or []:
-        st.error(line)
+        st.error(md(line))
     message = st.session_state.pop(DONE_KEY, None)
     if message:
         st.success(message)

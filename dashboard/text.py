@@ -1,0 +1,24 @@
+"""Untrusted text on the pages: shown literally, never read as Markdown or HTML.
+
+Run names, tags, backends, device names, unit and bucket names, file names in
+error lines and the checklist's evidence come from traces, manifests and
+visitors. Streamlit reads the text of ``st.title``, ``st.caption``,
+``st.markdown`` and the alert boxes as Markdown, where ``![x](http://...)``
+makes every viewer's browser fetch a URL. ``md`` escapes a value for those
+elements: every ASCII punctuation character gets a backslash (CommonMark shows
+an escaped character as itself, so no image, link, emphasis, code, math or
+HTML can start), and control characters become spaces (a newline would end the
+line early).
+"""
+
+from __future__ import annotations
+
+import re
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
+
+
+def md(value) -> str:
+    """``value`` as literal text inside a Markdown element."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(value))
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
