@@ -1,4 +1,4 @@
-"""A real 4-rank gloo DDP run with a straggler: the tracer's example trainer, rank 2 sleeping
+"""Real 4- and 8-rank gloo DDP runs with a straggler: the tracer's example trainer, rank 2 sleeping
 60 ms before every backward (``--slow-rank 2 --slow-ms 60``).
 
 By construction the other ranks wait for rank 2 in the bucket all-reduces; the
@@ -24,16 +24,31 @@ pytest.importorskip("torch")
 SLOW_RANK, SLOW_MS = 2, 60.0
 
 
+def _capture(out, nproc: int, slow_rank: int) -> None:
+    # small buckets (--bucket-cap-mb 0.01): more collectives to estimate clocks on
+    subprocess.run([sys.executable, "-m", "overlapscope.tracer.examples.train", "--parallel", "ddp", "--nproc",
+                    str(nproc), "--steps", "4", "--wait-steps", "1", "--warmup-steps", "1", "--active-steps", "2",
+                    "--model-size", "tiny", "--backend", "gloo", "--no-calibrate", "--bucket-cap-mb", "0.01",
+                    "--slow-rank", str(slow_rank), "--slow-ms", str(SLOW_MS), "--out", str(out)],
+                   check=True, timeout=240, capture_output=True)
+
+
 @pytest.fixture(scope="module")
 def straggler_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("straggler4") / "run"
-    # small buckets (--bucket-cap-mb 0.01): more collectives to estimate clocks on
-    subprocess.run([sys.executable, "-m", "overlapscope.tracer.examples.train", "--parallel", "ddp", "--nproc", "4",
-                    "--steps", "4", "--wait-steps", "1", "--warmup-steps", "1", "--active-steps", "2",
-                    "--model-size", "tiny", "--backend", "gloo", "--no-calibrate", "--bucket-cap-mb", "0.01",
-                    "--slow-rank", str(SLOW_RANK), "--slow-ms", str(SLOW_MS), "--out", str(out)],
-                   check=True, timeout=240, capture_output=True)
+    _capture(out, 4, SLOW_RANK)
     return out
+
+
+def test_eight_real_ranks_name_the_late_one_and_fail(tmp_path):
+    """8 gloo ranks on 2 cores (about 15 s), rank 5 sleeping before every backward: the rule
+    names rank 5 and fails, the others waiting well over 10 % of the step."""
+    _capture(tmp_path / "run", 8, 5)
+    result = diagnose([str(tmp_path / "run")], workers=2)
+    f = next(f for f in result["findings"] if f["id"] == "straggler")
+    assert f["details"]["late_rank"] == 5 and f["status"] == "fail"
+    assert f["impact_ms"] > 0.10 * result["headline"]["step_ms"]
+    assert f["impact_ms"] <= 1.2 * SLOW_MS
 
 
 def test_the_late_rank_is_named_and_the_rule_fails(straggler_run):
