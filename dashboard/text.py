@@ -22,3 +22,11 @@ def md(value) -> str:
     """``value`` as literal text inside a Markdown element."""
     text = "".join(ch if ch.isprintable() else " " for ch in str(value))
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+
+
+_ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
+def plain(markdown: str) -> str:
+    """What a reader sees of text that ``md`` escaped (its inverse, for checks and tests)."""
+    return _ESCAPED.sub(r"\1", markdown)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from overlapscope.dashboard.text import md
 from overlapscope.analyzer.store import catalog
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
@@ -72,7 +73,7 @@ def test_overview_follows_the_run_picker(monkeypatch, dashboard_db):
     at = open_app(monkeypatch, dashboard_db, "views/overview.py")
     at.sidebar.selectbox[0].set_value(1).run()
     no_errors(at)
-    assert at.title[0].value == "Overview · sample-a"
+    assert at.title[0].value == f"Overview · {md('sample-a')}"
 
 
 def test_timeline_draws_lanes_with_exposed_comm(monkeypatch, dashboard_db):
@@ -173,7 +174,7 @@ def test_a_fresh_catalog_gets_the_sample_runs(monkeypatch, tmp_path, dashboard_b
     at = open_app(monkeypatch, db, "views/overview.py", OVERLAPSCOPE_NO_SAMPLES="0",
                   OVERLAPSCOPE_SAMPLES_DIR=str(samples))
     no_errors(at)
-    assert at.title[0].value == "Overview · sample/first"
+    assert at.title[0].value == f"Overview · {md('sample/first')}"
     assert at.metric and at.metric[0].value.endswith("ms")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from overlapscope.dashboard.text import md, plain
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.dashboard import data, uploads
@@ -122,7 +123,7 @@ def test_upload_page_stores_a_run_and_selects_it(monkeypatch, tmp_path, dashboar
     assert [(r["name"], r["ranks"]) for r in stored_runs(db)] == [("my-run", 2)]
     at.switch_page("views/overview.py").run()
     no_errors(at)
-    assert at.sidebar.selectbox[0].value == 1 and at.title[0].value == "Overview · my-run"
+    assert at.sidebar.selectbox[0].value == 1 and at.title[0].value == f"Overview · {md('my-run')}"
 
 
 def test_upload_page_takes_a_zip(monkeypatch, tmp_path, dashboard_bundles):
@@ -143,7 +144,7 @@ def test_upload_page_names_each_bad_file_and_stores_nothing(monkeypatch, tmp_pat
     rank0 = next(f for f in bundle_files(dashboard_bundles[0]) if f[0].startswith("rank-0"))
     _upload(at, [rank0, ("rank-7.json", b"not json at all"), ("rank-8.json.gz", b"not gzip")], "bad")
     assert not at.exception
-    lines = [e.value for e in at.error]
+    lines = [plain(e.value) for e in at.error]
     assert {line.split(":")[0] for line in lines} == {"rank-7.json", "rank-8.json.gz"}
     assert stored_runs(db) == []
 
@@ -152,7 +153,7 @@ def test_upload_page_enforces_the_size_limit(monkeypatch, tmp_path):
     db = tmp_path / "catalog.duckdb"
     at = open_app(monkeypatch, db, "views/upload.py", OVERLAPSCOPE_MAX_UPLOAD_MB="1")
     _upload(at, [("rank-0.json", b" " * (2 * 1024 * 1024))], "big")
-    assert [e.value for e in at.error][0].startswith("the upload holds 2.0 MiB, more than the limit of 1 MiB")
+    assert [plain(e.value) for e in at.error][0].startswith("the upload holds 2.0 MiB, more than the limit of 1 MiB")
     assert stored_runs(db) == []
 
 
@@ -164,7 +165,7 @@ def test_upload_page_wants_a_name_and_good_tags(monkeypatch, tmp_path, dashboard
     assert [e.value for e in at.error] == ["Give the run a name."]
     at.text_input(key="upload_tags").input("nokey")
     _upload(at, files, "named")
-    assert "key=value" in at.error[0].value
+    assert "key=value" in plain(at.error[0].value)
     assert stored_runs(db) == []
 
 

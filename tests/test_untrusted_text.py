@@ -18,7 +18,7 @@ import pytest
 
 from builders import GpuTrace, write
 from overlapscope.cli import main
-from overlapscope.dashboard.text import md
+from overlapscope.dashboard.text import md, plain
 from test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS, _no_exception, _open, _settle
 from test_dashboard_cli import start_server, stop_server
 
@@ -34,6 +34,7 @@ def test_md_escapes_every_character_that_starts_markdown():
                  if not ch.isalnum() and not ch.isspace() and ch != "\\" and ord(ch) < 128
                  and (i == 0 or escaped[i - 1] != "\\")]
     assert unescaped == []
+    assert plain(escaped) == hostile.replace("\n", " ")  # a reader sees the text itself
     assert md("plain run 42") == "plain run 42"
     assert md("名前") == "名前"
 

@@ -44,9 +44,11 @@ class Collective(msgspec.Struct, frozen=True, kw_only=True):
     # On the trace clock, for the model's replays; not in the JSON.
     start_ns: int = 0
     launch_ts_ns: int | None = None
+    ready_ns: int | None = None  # GPU: when the compute launched before it had finished
+    compute_before_ns: int = 0  # compute before its launch (collectives.sql): windows are differences
 
 
-INTERNAL_FIELDS = ("start_ns", "launch_ts_ns")
+INTERNAL_FIELDS = ("start_ns", "launch_ts_ns", "ready_ns", "compute_before_ns")
 
 
 def as_json(rows: list[Collective]) -> list[dict]:
@@ -104,6 +106,7 @@ def compute(con, info: RunInfo) -> list[Collective]:
             offset_ms=ms(r["offset_ns"]), comm_ms=ms(r["comm_ns"]), exposed_ms=ms(r["exposed_ns"]),
             busbw_gbps=_busbw_gbps(nbytes, r["comm_ns"], r["collective"], group),
             inferred=bool(r["inferred"]), event_id=r["event_id"],
-            start_ns=r["ts_ns"], launch_ts_ns=r["cpu_launch_ts_ns"],
+            start_ns=r["ts_ns"], launch_ts_ns=r["cpu_launch_ts_ns"], ready_ns=r["ready_ns"],
+            compute_before_ns=r["compute_before_ns"] or 0,
         ))
     return out

@@ -26,10 +26,11 @@ SMALL_QUANTILE = 0.25  # collectives at or below it measure the latency term
 Instance = tuple  # (step, microbatch, kind, id, phase, n): the n-th such collective of a rank
 
 
-def flops_per_s(con, run_id: int, device_kind: str) -> dict:
-    """Achieved matmul FLOP/s of one device over the whole trace (None without FLOP counts)."""
-    flops, ns, ops = sql.one(con, "rates.matmul_gpu" if device_kind == "gpu" else "rates.matmul_cpu",
-                             run_id=run_id)
+def flops_per_s(con, run_id: int) -> dict:
+    """Achieved matmul FLOP/s of one device over the whole trace (None without FLOP counts):
+    the matmul FLOPs of every rank over the time they took (sql/rank_facts.sql)."""
+    sql.ensure(con, "rank_facts", run_id=run_id)
+    flops, ns, ops = sql.one(con, "rates.matmul")
     value = flops / (ns / NS_PER_S) if flops and ns else None
     return {"flops_per_s": value, "matmul_ops": ops or 0, "matmul_ms": (ns or 0) / NS_PER_MS}
 

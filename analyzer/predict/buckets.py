@@ -109,7 +109,7 @@ def _sources(con, info: RunInfo, rows: list[Collective], stage: str | None) -> d
     are the stage's main kind (all-reduce for DDP, all-gather for FSDP), or every
     kind together when the stage is unknown; F prefers the calibration.
     """
-    f_trace = rates.flops_per_s(con, info.run_id, info.device_kind)
+    f_trace = rates.flops_per_s(con, info.run_id)
     cal = info.manifest.calibration
     by_kind = _by_kind(rows, cal)
     main = by_kind.get(MAIN_KIND.get(stage, ""))
@@ -223,8 +223,9 @@ def _memory(con, info: RunInfo, stage: str | None) -> list[dict]:
     model_bytes = None
     if params and stage in ("ddp", "zero1", "zero2", "zero3"):
         model_bytes = model_state_bytes(stage, params, info.world_size)
+    sql.ensure(con, "rank_facts", run_id=info.run_id)
     return [{**peak, "model_state_bytes": model_bytes, "stage": stage}
-            for peak in sql.rows(con, "predict.memory_peaks", run_id=info.run_id)]
+            for peak in sql.rows(con, "predict.memory_peaks")]
 
 
 def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
@@ -236,7 +237,7 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     sources = _sources(con, info, rows, stage)
     w_of = {k: v["bytes_per_s"] for k, v in sources["bus_bandwidth_by_kind"].items() if v["bytes_per_s"]}
     rows = exposure.predict_comm(rows, sources["bus_bandwidth_bytes_per_s"], sources["latency_s"], w_of)
-    rows = exposure.predict_exposed(con, info, rows)
+    rows = exposure.predict_exposed(info, rows)
     grad_bytes, weight_bytes = _grad_bytes(info, rows), _weight_bytes(info, rows)
     tokens = tokens or info.manifest.tokens_per_microbatch
     inputs = _inputs(sources, info, tokens, stage, grad_bytes, weight_bytes)

@@ -23,7 +23,6 @@ from collections import defaultdict
 
 import msgspec
 
-from overlapscope.analyzer import sql
 from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.model.replay import Bucket, FsdpOptions, FsdpUnit, replay_ddp, replay_fsdp
 from overlapscope.analyzer.model.ring import collective_time_s
@@ -62,21 +61,22 @@ def _groups(rows: list[Collective], kind: str) -> dict[tuple, list[Collective]]:
     return groups
 
 
-def _replay_ddp(con, info: RunInfo, rows: list[Collective]) -> dict[tuple[int, int], float]:
+def _ready_ns(r: Collective, device_kind: str) -> int:
+    """When a bucket's gradients were ready: on GPUs, when the compute launched before it
+    had finished (collectives.sql's ready_ns); else (or without one) its launch."""
+    if device_kind == "gpu" and r.ready_ns is not None:
+        return r.ready_ns
+    return r.launch_ts_ns or r.start_ns
+
+
+def _replay_ddp(info: RunInfo, rows: list[Collective]) -> dict[tuple[int, int], float]:
     """Predicted exposed ms of each bucket all-reduce, keyed by (rank, event_id)."""
     groups = _groups(rows, "ddp_bucket")
-    if not groups:
-        return {}
-    ready: dict[tuple, int] = {}
-    if info.device_kind == "gpu":
-        for rank, event_id, done_ns in sql.tuples(con, "predict.ready_gpu", run_id=info.run_id):
-            if done_ns is not None:
-                ready[(rank, event_id)] = done_ns
     out = {}
     for group in groups.values():
         if any(r.predicted_comm_ms is None for r in group):
             continue
-        at = [ready.get((r.rank, r.event_id), r.launch_ts_ns or r.start_ns) for r in group]
+        at = [_ready_ns(r, info.device_kind) for r in group]
         origin = min(at)
         buckets = [Bucket((t - origin) / NS_PER_S, r.predicted_comm_ms / 1e3) for t, r in zip(at, group)]
         timeline = replay_ddp(buckets, backward_end_s=(max(at) - origin) / NS_PER_S)
@@ -88,31 +88,27 @@ def _replay_ddp(con, info: RunInfo, rows: list[Collective]) -> dict[tuple[int, i
 _BACKWARD = ("backward_allgather", "reduce_scatter", "allreduce")
 
 
-def _fsdp_compute(con, info: RunInfo, groups: dict) -> dict[tuple, tuple[float, float]]:
-    """Measured forward and backward compute (s) of each (rank, step, microbatch)."""
-    windows = []
+def _fsdp_compute(groups: dict) -> dict[tuple, tuple[float, float]]:
+    """Measured forward and backward compute (s) of each (rank, step, microbatch): the
+    compute from its first collective's launch to its first backward one (forward), and
+    from there to its last backward one. Each row knows the compute before its launch
+    (collectives.sql's compute_before_ns, monotone in time), so a window's compute is
+    the difference between its ends' rows."""
+    out = {}
     for key, group in groups.items():
-        starts = [r.launch_ts_ns or r.start_ns for r in group]
-        back = [s for s, r in zip(starts, group) if r.phase in _BACKWARD]
-        if not back:
+        back = [r.compute_before_ns for r in group if r.phase in _BACKWARD]
+        if not back:  # no backward collective: no window to measure
+            out[key] = (0.0, 0.0)
             continue
-        first, boundary, last = min(starts), min(back), max(back)
-        windows += [{"rank": key[0], "key": repr(key) + "/f", "from_ns": first, "to_ns": boundary},
-                    {"rank": key[0], "key": repr(key) + "/b", "from_ns": boundary, "to_ns": last}]
-    if not windows:
-        return {}
-    if info.device_kind == "gpu":
-        found = sql.tuples(con, "predict.window_compute_gpu", run_id=info.run_id, windows=windows)
-    else:
-        found = sql.tuples(con, "predict.window_compute_cpu", windows=windows)
-    measured = {k: ns / NS_PER_S for _, k, ns in found}
-    return {key: (measured.get(repr(key) + "/f", 0.0), measured.get(repr(key) + "/b", 0.0)) for key in groups}
+        first = min(r.compute_before_ns for r in group)
+        out[key] = ((min(back) - first) / NS_PER_S, (max(back) - min(back)) / NS_PER_S)
+    return out
 
 
-def _replay_fsdp(con, info: RunInfo, rows: list[Collective]) -> dict[tuple[int, int], float]:
+def _replay_fsdp(info: RunInfo, rows: list[Collective]) -> dict[tuple[int, int], float]:
     """Predicted exposed ms of each unit collective, keyed by (rank, event_id)."""
     groups = _groups(rows, "fsdp_unit")
-    compute = _fsdp_compute(con, info, groups)
+    compute = _fsdp_compute(groups)
     options = FsdpOptions(forward_prefetch=info.device_kind == "gpu", backward_prefetch=True,
                           reshard_after_forward=info.manifest.reshard_after_forward)
     out = {}
@@ -150,7 +146,7 @@ def _replay_fsdp(con, info: RunInfo, rows: list[Collective]) -> dict[tuple[int, 
     return out
 
 
-def predict_exposed(con, info: RunInfo, rows: list[Collective]) -> list[Collective]:
+def predict_exposed(info: RunInfo, rows: list[Collective]) -> list[Collective]:
     """Each row with predicted_exposed_ms (None where no replay applies)."""
-    predicted = {**_replay_ddp(con, info, rows), **_replay_fsdp(con, info, rows)}
+    predicted = {**_replay_ddp(info, rows), **_replay_fsdp(info, rows)}
     return [_replace(r, predicted_exposed_ms=predicted.get((r.rank, r.event_id))) for r in rows]

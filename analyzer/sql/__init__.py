@@ -6,9 +6,14 @@ Two kinds of file:
   of ``--`` lines declares, before any statement::
 
       -- params:   run_id             variables the script reads with getvariable()
+      -- scope:    rank               rank: it reads one rank's rows at a time (the map
+                                      over ranks may run it on each rank alone, in the
+                                      worker that decoded the rank); run: it compares ranks
       -- requires: overlap            scripts whose tables it reads (run first)
       -- inputs:   timeline_attribution   tables the caller registers (documented there)
       -- provides: collective_stats   the tables other code may read
+      -- stays:    compute_union      of those, the ones a rank script keeps to its rank:
+                                      only other rank scripts read them
 
   ``ensure(con, "collectives", run_id=3)`` runs what a script requires, then the
   script, once per connection and parameters: a temp table (``_sql_done``)
@@ -31,7 +36,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-_HEADER = re.compile(r"^--\s*(params|requires|inputs|provides):\s*(.*)$")
+_HEADER = re.compile(r"^--\s*(params|scope|requires|inputs|provides|stays):\s*(.*)$")
 _NAME = re.compile(r"^--\s*name:\s*([\w.]+)\s*$", re.M)
 SETUP = ("schema", "intervals")  # applied by connect(), never by ensure()
 
@@ -43,9 +48,20 @@ class Script:
     name: str
     text: str
     params: tuple[str, ...]
+    scope: tuple[str, ...]  # ("rank",) or ("run",); () for the setup files
     requires: tuple[str, ...]
     inputs: tuple[str, ...]
     provides: tuple[str, ...]
+    stays: tuple[str, ...]
+
+    @property
+    def per_rank(self) -> bool:
+        return self.scope == ("rank",)
+
+    @property
+    def shipped(self) -> tuple[str, ...]:
+        """What a rank script hands to the comparison across ranks (all it provides but what stays)."""
+        return tuple(t for t in self.provides if t not in self.stays)
 
 
 def text(name: str) -> str:
@@ -57,7 +73,8 @@ def text(name: str) -> str:
 def script(name: str) -> Script:
     """A script with its parsed header (the leading ``--`` lines)."""
     body = text(name)
-    declared: dict[str, tuple[str, ...]] = {"params": (), "requires": (), "inputs": (), "provides": ()}
+    declared: dict[str, tuple[str, ...]] = {"params": (), "scope": (), "requires": (), "inputs": (), "provides": (),
+                                            "stays": ()}
     for line in body.splitlines():
         if not line.startswith("--"):
             if line.strip():
@@ -117,6 +134,29 @@ def ensure(con, name: str, /, **params) -> None:
     if stale:
         con.execute("DELETE FROM _sql_done WHERE list_contains(?, script)", [sorted(stale)])
     con.execute("INSERT OR REPLACE INTO _sql_done VALUES (?, ?)", [name, key])
+
+
+def provide(con, name: str, tables: dict, /, **params) -> None:
+    """Record that rank script ``name`` ran with ``params``, its tables computed elsewhere.
+
+    ``tables`` maps each table the script ships (``Script.shipped``) to its rows (an
+    Arrow table): the map over ranks ran the script on every rank apart and the
+    comparison across ranks gets the rows of all of them. Later ``ensure`` calls of
+    the script, or of scripts that require it, take them as they are.
+    """
+    s = script(name)
+    missing = [t for t in s.shipped if t not in tables]
+    if missing:
+        raise TypeError(f"sql script {name!r} ships {', '.join(missing)} too")
+    for table, data in tables.items():
+        con.register("_provided", data)
+        try:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM _provided")
+        finally:
+            con.unregister("_provided")
+    mine = {k: params[k] for k in s.params if k in params}
+    _done(con)
+    con.execute("INSERT OR REPLACE INTO _sql_done VALUES (?, ?)", [name, json.dumps(mine, sort_keys=True, default=str)])
 
 
 @functools.cache

@@ -1,4 +1,5 @@
 -- params: run_id, launch_gap_ns, norm_ops
+-- scope: rank
 -- provides: check_idle, check_flops, check_norms
 --
 -- What the checklist reads beyond the buckets analysis (analyzer/checklist/context.py).

@@ -1,5 +1,7 @@
 -- params: run_id
--- provides: comm_instance, rank_clock
+-- scope: run
+-- requires: instances
+-- provides: rank_clock
 --
 -- Ranks on one clock. Every host has its own clock (hosts differ by micro- to
 -- milliseconds); the ranks of one host read the same one. The ranks of a collective
@@ -9,16 +11,9 @@
 -- instances its ranks share with the reference host's ranks (the median of the
 -- tightest half, _cl_shorth: it ignores instances matched wrongly or left late). A
 -- trace that names no host is a clock of its own. Per-rank figures never read these
--- tables: only comparisons between ranks do (waits.sql, the timeline).
+-- tables: only comparisons between ranks do (waits.sql, the timeline). It reads
+-- instances.sql's comm_instance: the one table of every rank's transfers this needs.
 --
---   comm_instance  one row per comm transfer (GPU collective kernel, gloo span):
---                  rank, event_id, step, ts_ns, end_ns, dur_ns (the rank's own clock),
---                  cls (the collective and its group), ikey (its collective instance:
---                  the n-th transfer of one step, collective and process group on the
---                  rank; every rank of a group runs the same collectives in the same
---                  order). The group comes from the kernel's Process Group Ranks (or
---                  Name); gloo spans name none, so there the transfer's size stands in
---                  for the group (an HSDP reduce-scatter and replica all-reduce differ).
 --   rank_clock     one row per loaded rank: clock_offset_ns (add it to the rank's times
 --                  to put them on the reference rank's clock), matched (instances the
 --                  estimate rests on), via (the clock it was matched against: the
@@ -30,20 +25,6 @@
 --                  traces' distributedInfo.pg_config lists groups smaller than the world
 --                  (a 2-D mesh), ranks in no common smaller group run no collective
 --                  together, whatever their transfers' names say.
-
-CREATE OR REPLACE TEMP TABLE comm_instance AS
-WITH t AS (
-    SELECT e.rank, e.event_id, e.step, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns,
-           coalesce(c.kind, e.name) AS what,
-           coalesce(c.pg_ranks, c.pg_name, 'elements ' || coalesce(c.elements, -1)) AS pg
-    FROM events e
-    LEFT JOIN collectives c USING (run_id, rank, event_id)
-    WHERE e.run_id = getvariable('run_id') AND e.kind = 'comm' AND e.dur_ns > 0
-)
-SELECT rank, event_id, step, ts_ns, end_ns, dur_ns, hash(what, pg) AS cls,
-       hash(coalesce(step, -1), what, pg,
-            row_number() OVER (PARTITION BY rank, step, what, pg ORDER BY ts_ns, event_id)) AS ikey
-FROM t;
 
 -- _cl_shorth(src): per pair of clocks (unit, via) and class of collective (cls: the
 -- collective and its group), the location of the end differences d: the median of

@@ -1,4 +1,5 @@
 -- params: run_id
+-- scope: rank
 -- requires: overlap
 -- provides: collective_stats
 --
@@ -16,7 +17,13 @@
 --   shard: multiply by the group size), dtype, group_size, pg_name, ts_ns, end_ns,
 --   comm_ns, cpu_launch_ts_ns, offset_ns (start within its step's window),
 --   exposed_ns (its share of the rank's exposed comm: time shared by concurrent
---   transfers is split equally, so the rank's rows add up to its exposed comm).
+--   transfers is split equally, so the rank's rows add up to its exposed comm),
+--   and what the model's replays read of the compute around it (predict/exposure.py):
+--   ready_ns (GPU: when the compute launched before its launch had finished, i.e. when
+--   its gradients were ready), compute_before_ns (compute before at_ns, its launch, or
+--   its start without one: on GPUs the kernel time launched before it, on CPU-only
+--   traces the length of the compute union before it; the compute of a window between
+--   two collectives is the difference of theirs).
 
 -- _co_transfer: every comm transfer (GPU collective kernel or gloo span).
 CREATE OR REPLACE TEMP TABLE _co_transfer AS
@@ -103,11 +110,14 @@ SELECT e.rank, e.track_id, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, r.role, r.arg
 FROM events e JOIN annotation_roles r USING (run_id, rank, name)
 WHERE e.run_id = getvariable('run_id') AND e.kind IN ('annotation', 'cpu_op', 'comm_launch');
 
--- _co_ddp: is this a DDP run? The manifest says so, else the trace shows DDP's forward range.
+-- _co_ddp: is this a DDP run? The manifest says so, else the rank's trace shows DDP's
+-- forward range (each rank on its own: the files of one run agree on it, load.check_ranks).
 CREATE OR REPLACE TEMP TABLE _co_ddp AS
-SELECT coalesce((SELECT parallelism = 'ddp' FROM runs WHERE run_id = getvariable('run_id')),
-                EXISTS (SELECT 1 FROM annotation_roles
-                        WHERE run_id = getvariable('run_id') AND role = 'ddp_forward')) AS ddp;
+SELECT r.rank,
+       coalesce((SELECT parallelism = 'ddp' FROM runs WHERE run_id = getvariable('run_id')),
+                EXISTS (SELECT 1 FROM annotation_roles a
+                        WHERE a.run_id = r.run_id AND a.rank = r.rank AND a.role = 'ddp_forward')) AS ddp
+FROM ranks r WHERE r.run_id = getvariable('run_id');
 
 -- _co_context: per transfer, what its launch sits inside (innermost wins).
 CREATE OR REPLACE TEMP TABLE _co_context AS
@@ -142,7 +152,7 @@ WITH base AS (
         CASE WHEN bucket IS NOT NULL THEN 'ddp_bucket'
              WHEN gather_unit IS NOT NULL OR reduce_unit IS NOT NULL THEN 'fsdp_unit'
              WHEN in_fsdp AND coll_kind IN ('all_gather', 'reduce_scatter') THEN 'fsdp_unit'
-             WHEN (SELECT ddp FROM _co_ddp) AND coll_kind = 'all_reduce' THEN 'ddp_bucket'
+             WHEN (SELECT ddp FROM _co_ddp d WHERE d.rank = base.rank) AND coll_kind = 'all_reduce' THEN 'ddp_bucket'
              ELSE 'other' END AS kind,
         CASE WHEN coll_kind = 'all_gather' THEN
                   CASE WHEN in_backward THEN 'backward_allgather' ELSE 'forward_allgather' END
@@ -182,15 +192,42 @@ SELECT rank, ts_ns, end_ns, rate,
                                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
 FROM rated;
 
+-- _co_launched (GPU): per rank and launch time of compute kernels, the latest end and
+-- the kernel time of everything launched up to then (ties of one launch time together).
+CREATE OR REPLACE TEMP TABLE _co_launched AS
+WITH k AS (
+    SELECT rank, launch_ts_ns, max(ts_ns + dur_ns) AS end_ns, sum(dur_ns) AS dur_ns
+    FROM events
+    WHERE run_id = getvariable('run_id') AND kind = 'compute' AND launch_ts_ns IS NOT NULL
+    GROUP BY ALL
+)
+SELECT rank, launch_ts_ns,
+       max(end_ns) OVER (PARTITION BY rank ORDER BY launch_ts_ns ROWS UNBOUNDED PRECEDING) AS done_ns,
+       sum(dur_ns) OVER (PARTITION BY rank ORDER BY launch_ts_ns ROWS UNBOUNDED PRECEDING) AS launched_ns
+FROM k;
+
+-- _co_compute_cover (CPU-only traces): the compute union ready for coverage lookups.
+CREATE OR REPLACE TEMP TABLE _co_compute_src AS SELECT rank AS grp, ts_ns, end_ns FROM compute_union;
+CREATE OR REPLACE TEMP TABLE _co_compute_cover AS SELECT * FROM interval_cumulative('_co_compute_src');
+
 -- collective_stats: one row per transfer.
 CREATE OR REPLACE TEMP TABLE collective_stats AS
+WITH a AS (
+    SELECT *, coalesce(nullif(cpu_launch_ts_ns, 0), ts_ns) AS at_ns FROM _co_attr
+)
 SELECT a.rank, a.step, a.event_id, a.kind, a.id, a.phase, a.inferred, a.microbatch,
        a.coll_kind AS collective, a.nbytes AS bytes, a.shard_only, a.dtype, a.group_size, a.pg_name,
        a.ts_ns, a.end_ns, a.dur_ns AS comm_ns, a.cpu_launch_ts_ns,
        a.ts_ns - st.window_start_ns AS offset_ns,  -- start within its step's window
        (gb.before + gb.rate * (least(a.end_ns, gb.end_ns) - gb.ts_ns))
-         - (ga.before + ga.rate * (least(a.ts_ns, ga.end_ns) - ga.ts_ns)) AS exposed_ns
-FROM _co_attr a
+         - (ga.before + ga.rate * (least(a.ts_ns, ga.end_ns) - ga.ts_ns)) AS exposed_ns,
+       CASE WHEN a.device_kind = 'gpu' THEN rd.done_ns END::BIGINT AS ready_ns,
+       CASE WHEN a.device_kind = 'gpu' THEN coalesce(lb.launched_ns, 0)
+            ELSE covered_ns(a.at_ns, cc.ts_ns, cc.end_ns, cc.before_ns) END::BIGINT AS compute_before_ns
+FROM a
 LEFT JOIN steps st ON st.run_id = getvariable('run_id') AND st.rank = a.rank AND st.step = a.step
 ASOF LEFT JOIN _co_g ga ON ga.rank = a.rank AND a.ts_ns >= ga.ts_ns
-ASOF LEFT JOIN _co_g gb ON gb.rank = a.rank AND a.end_ns >= gb.ts_ns;
+ASOF LEFT JOIN _co_g gb ON gb.rank = a.rank AND a.end_ns >= gb.ts_ns
+ASOF LEFT JOIN _co_launched rd ON rd.rank = a.rank AND a.cpu_launch_ts_ns >= rd.launch_ts_ns
+ASOF LEFT JOIN _co_launched lb ON lb.rank = a.rank AND a.at_ns > lb.launch_ts_ns
+ASOF LEFT JOIN _co_compute_cover cc ON cc.grp = a.rank AND a.at_ns >= cc.ts_ns;

@@ -1,5 +1,7 @@
 -- params: run_id
+-- scope: rank
 -- provides: overlap_rank, overlap_step, compute_union
+-- stays: compute_union
 --
 -- Exposed communication per rank and per step (docs/definitions.md).
 --
@@ -24,8 +26,8 @@
 --   overlap_step    one row per rank and step: step_ns, compute_ns, comm_ns, exposed_comm_ns,
 --                   idle_ns, other_ns, spill_in_ns, spill_out_ns, start_ns, end_ns (the window)
 --   compute_union   the union of each rank's compute (any step) as disjoint pieces that
---                   may touch: rank, ts_ns, end_ns (what hides comm; collectives.sql and
---                   the predictions read it)
+--                   may touch: rank, ts_ns, end_ns (what hides comm; the rank scripts
+--                   collectives.sql and instances.sql read it; it stays with the rank)
 
 -- _ov_iv: the run's device work, one row per busy interval.
 CREATE OR REPLACE TEMP TABLE _ov_iv AS

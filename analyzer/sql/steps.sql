@@ -1,4 +1,5 @@
 -- params: run_id
+-- scope: rank
 -- provides: steps (this run's rows; a stored table, filled once at load)
 --
 -- Fill the steps table for one run (getvariable('run_id')), from its events.

@@ -1,4 +1,5 @@
 -- params: run_id, step, ranks, max_marks, aligned
+-- scope: run
 -- requires: clocks
 -- inputs: timeline_attribution
 -- provides: timeline_window, timeline_lanes, timeline_marks, timeline_summary, timeline_counts

@@ -1,5 +1,6 @@
 -- params: run_id
--- requires: clocks, overlap
+-- scope: run
+-- requires: clocks, instances
 -- provides: comm_wait, wait_step, wait_rank
 --
 -- Comm split into waiting for peers and transfer (the TensorBoard profiler's
@@ -13,7 +14,8 @@
 -- rank, transfer = the union of the transfer parts; wait = the union of the
 -- waiting parts minus the transfer union (while one collective transfers, the
 -- rank is not idle-waiting), so wait + transfer = comm, exactly. Exposed wait
--- is wait that no compute of the rank covers either: what the rank loses.
+-- is wait that no compute of the rank covers either: what the rank loses (the
+-- compute inside its transfers, instances.sql's comm_compute, is all that can cover it).
 --
 --   comm_wait   one row per transfer: rank, event_id, step, ts_ns, end_ns, dur_ns,
 --               common_ts_ns (start on the common clock), peers (loaded ranks that
@@ -62,7 +64,7 @@ SELECT rank::BIGINT * 2 AS grp, end_ns - transfer_ns AS ts_ns, end_ns FROM comm_
 UNION ALL
 SELECT rank::BIGINT * 2 + 1, end_ns - transfer_ns, end_ns FROM comm_wait
 UNION ALL
-SELECT rank::BIGINT * 2 + 1, ts_ns, end_ns FROM compute_union;
+SELECT rank::BIGINT * 2 + 1, ts_ns, end_ns FROM comm_compute;
 CREATE OR REPLACE TEMP TABLE _cw_pieces AS SELECT * FROM interval_pieces('_cw_bsrc');
 CREATE OR REPLACE TEMP TABLE _cw_cover AS SELECT * FROM interval_cumulative('_cw_pieces');
 
