@@ -1,68 +1,119 @@
 """The library calls behind the CLI commands: paths in, JSON-ready dicts out.
 
-Each command has two forms: from trace paths (loaded into an in-memory store
-with only what its analysis reads) and ``*_run`` for a run already in a store
-(the catalog, the dashboard). Nothing here imports duckdb: a load forks its
-decode workers before the store opens. The attribution and the checklist are
-imported where they are used: ``analyze`` starts faster without them.
+Each command has two forms: from trace paths (mapped over ranks, each rank keeping
+only what its analysis reads, and reduced into a small in-memory store: analyzer/
+engine) and ``*_run`` for a run already in a store (the reduce's, the catalog, the
+dashboard). Nothing here imports duckdb: the map forks its workers before any
+store opens. The attribution and the checklist are imported where they are used:
+``analyze`` starts faster without them. ``engine``: ``local`` (processes here) or
+``ray`` (``ray_address``: a cluster).
 """
 
 from __future__ import annotations
 
+from overlapscope.analyzer import engine as engines
+from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.headline import failed, headline
-from overlapscope.analyzer.ingest.load import load
 from overlapscope.analyzer.measure import overlap
 from overlapscope.analyzer.store.runinfo import run_info
 
 
-def analyze(paths: list[str], workers: int | None = None) -> dict:
+def analyze(paths: list[str], workers: int | None = None, engine: str = "local", ray_address: str | None = None,
+            on_mapped=None) -> dict:
     """Per-rank and per-step compute, comm, exposed comm, overlap % and idle time.
 
     Returns ``{"run", "headline", "ranks", "steps"}`` with times in ms.
     """
-    loaded = load(paths, detail="overlap", workers=workers)
-    return analyze_run(loaded.con, loaded.run_id)
+    mapped = engines.map_run(paths, "overlap", workers, engine, ray_address, on_mapped=on_mapped)
+    return analyze_run(mapped.con, mapped.run_id)
 
 
 def analyze_run(con, run_id: int) -> dict:
-    """``analyze`` for a run already in a store; for a pruned run, the figures stored at ingest."""
+    """``analyze`` for a run already in a store; for a run of a catalog (pruned or not),
+    the figures stored at ingest."""
     from overlapscope.analyzer.store import catalog
 
     info = run_info(con, run_id)
-    result = catalog.figures(con, run_id) if info.pruned_at is not None else overlap.compute(con, run_id)
+    stored = info.stored or info.pruned_at is not None
+    result = catalog.figures(con, run_id) if stored else overlap.compute(con, run_id)
     return {"run": info.describe(), "headline": headline(result), **result}
 
 
-def buckets(paths: list[str], workers: int | None = None, tokens: float | None = None) -> dict:
+def _reduced(info):
+    """A stored run's ranks reduced again from their stored results (not from events):
+    for an analysis with other inputs than ingest's (``--tokens``)."""
+    from overlapscope.analyzer.engine.rank import stored_results
+    from overlapscope.analyzer.engine.reduce import reduce_results
+
+    return reduce_results(stored_results(info.run_dir), info.name, info.source or info.name,
+                          info.manifest if info.has_manifest else None)
+
+
+def _stored(info, name: str, tokens: float | None) -> dict | None:
+    """The analysis ``name`` stored at ingest, when it answers for ``tokens``."""
+    from overlapscope.analyzer.store import runstore
+
+    if not info.stored:
+        return None
+    if not info.run_dir.is_dir():
+        raise UsageError(f"run {info.run_id} ({info.name}): its files are missing from {info.run_dir} (a catalog "
+                         "is its .duckdb file and the .runs folder beside it: copy both)")
+    document = runstore.read_document(info.run_dir, name)
+    if document is None or (tokens is not None and tokens != document.get("tokens")):
+        return None
+    document.pop("tokens", None)
+    return document
+
+
+def buckets(paths: list[str], workers: int | None = None, tokens: float | None = None, engine: str = "local",
+            ray_address: str | None = None, on_mapped=None) -> dict:
     """Per-collective attribution (bucket, unit, phase) with the model beside it.
 
     Returns ``run``, ``collectives``, ``summary``, ``steps``, ``model`` (per step:
     F, W, T, tokens to hide, verdict), ``measured`` and ``memory``.
     """
-    loaded = load(paths, detail="attribution", workers=workers)
-    return buckets_run(loaded.con, loaded.run_id, tokens)
+    mapped = engines.map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
+    return buckets_run(mapped.con, mapped.run_id, tokens)
 
 
 def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
+    """``buckets`` for a run already in a store; a catalog's run answers with what ingest stored
+    (with other ``tokens``, its ranks' stored results are reduced again)."""
     from overlapscope.analyzer.predict import buckets as buckets_report
 
-    run_info(con, run_id).require_events()
+    info = run_info(con, run_id)
+    document = _stored(info, "buckets", tokens)
+    if document is not None:
+        return {"run": info.describe(), **document}
+    if info.stored:
+        reduced, reduced_id = _reduced(info)
+        return {**buckets_run(reduced, reduced_id, tokens), "run": info.describe()}
+    info.require_events()
     a = buckets_report.analysis(con, run_id, tokens)
     return {"run": a.info.describe(), **buckets_report.report(a)}
 
 
-def diagnose(paths: list[str], workers: int | None = None, tokens: float | None = None) -> dict:
+def diagnose(paths: list[str], workers: int | None = None, tokens: float | None = None, engine: str = "local",
+             ray_address: str | None = None, on_mapped=None) -> dict:
     """The checklist: one finding per rule (failed first) with evidence from the trace."""
-    loaded = load(paths, detail="attribution", workers=workers)
-    return diagnose_run(loaded.con, loaded.run_id, tokens)
+    mapped = engines.map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
+    return diagnose_run(mapped.con, mapped.run_id, tokens)
 
 
 def diagnose_run(con, run_id: int, tokens: float | None = None) -> dict:
-    """``diagnose`` for a run already in a store; its headline names the failed rules."""
+    """``diagnose`` for a run already in a store; its headline names the failed rules. A
+    catalog's run answers with what ingest stored (other ``tokens``: reduced again)."""
     from overlapscope.analyzer import checklist
     from overlapscope.analyzer.predict import buckets as buckets_report
 
-    run_info(con, run_id).require_events()
+    info = run_info(con, run_id)
+    document = _stored(info, "diagnose", tokens)
+    if document is not None:
+        return {"run": info.describe(), **document}
+    if info.stored:
+        reduced, reduced_id = _reduced(info)
+        return {**diagnose_run(reduced, reduced_id, tokens), "run": info.describe()}
+    info.require_events()
     a = buckets_report.analysis(con, run_id, tokens)
     result = checklist.diagnose(con, a)
     return {"run": a.info.describe(), "headline": headline(a.overlap, failed(result["findings"])), **result}

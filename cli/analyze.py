@@ -50,5 +50,6 @@ def _print_text(result: dict) -> None:
 
 def run(args) -> int:
     stored = stored_run(args)
-    result = analyze_run(*stored) if stored else analyze(args.paths, workers=args.workers)
+    result = analyze_run(*stored) if stored else analyze(args.paths, workers=args.workers, engine=args.engine,
+                                                         ray_address=args.ray_address)
     return emit(result, args.json, _print_text)

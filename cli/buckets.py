@@ -59,5 +59,6 @@ def _print_text(result: dict) -> None:
 def run(args) -> int:
     stored = stored_run(args)
     result = (buckets_run(*stored, tokens=args.tokens) if stored
-              else buckets(args.paths, workers=args.workers, tokens=args.tokens))
+              else buckets(args.paths, workers=args.workers, tokens=args.tokens, engine=args.engine,
+                           ray_address=args.ray_address))
     return emit(result, args.json, _print_text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.cli.common import describe, emit, open_catalog
+from overlapscope.cli.common import add_engine_arguments, describe, emit, open_catalog
 from overlapscope.cli.tables import clean, table
 
 HISTORY_COLUMNS = [
@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="a tag (repeatable)")
     p.add_argument("--db", metavar="FILE", help="the catalog file (default: $OVERLAPSCOPE_DB or the user data dir)")
     p.add_argument("--workers", type=int, default=None)
+    add_engine_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_ingest)
 
@@ -52,7 +53,8 @@ def run_ingest(args) -> int:
         return opened[0]
 
     name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # before any decoding
-    run_id = catalog.ingest(None, args.paths, name, tags, workers=args.workers, open_con=open_con)
+    run_id = catalog.ingest(None, args.paths, name, tags, workers=args.workers, open_con=open_con,
+                            path=catalog.resolve_path(args.db), engine=args.engine, ray_address=args.ray_address)
     row = next(r for r in catalog.runs(opened[0], name) if r["run_id"] == run_id)
     result = {"run_id": run_id, "name": name, **{k: row[k] for k in catalog.HISTORY_FIGURES},
               "headline": row["headline"]}

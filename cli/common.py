@@ -33,6 +33,13 @@ def open_catalog(db, read_only: bool = False):
                                                               flush=True))
 
 
+def add_engine_arguments(p) -> None:
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="where the per-rank work runs: local processes (default) or Ray tasks (pip install "
+                        "'overlapscope[ray]'), one per rank")
+    p.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster to use (default: start a local Ray)")
+
+
 def add_source_arguments(p) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="trace files, directories of per-rank files, or .zip")
     p.add_argument("--run", metavar="NAME|#ID", help="a run stored in the catalog instead of paths: the newest run "
@@ -40,6 +47,7 @@ def add_source_arguments(p) -> None:
     p.add_argument("--run-id", type=int, metavar="ID", help="a stored run by its id")
     p.add_argument("--db", metavar="FILE", help="the catalog file (default: $OVERLAPSCOPE_DB or the user data dir)")
     p.add_argument("--workers", type=int, default=None, help="parallel decode processes (default: CPUs)")
+    add_engine_arguments(p)
 
 
 def stored_run(args):

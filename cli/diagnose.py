@@ -42,5 +42,6 @@ def _print_text(result: dict, show_all: bool) -> None:
 def run(args) -> int:
     stored = stored_run(args)
     result = (diagnose_run(*stored, tokens=args.tokens) if stored
-              else diagnose(args.paths, workers=args.workers, tokens=args.tokens))
+              else diagnose(args.paths, workers=args.workers, tokens=args.tokens, engine=args.engine,
+                            ray_address=args.ray_address))
     return emit(result, args.json, lambda r: _print_text(r, args.all))

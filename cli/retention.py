@@ -17,7 +17,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("prune", help="drop old runs' raw events, keep their headline, figures and findings",
                        description="Drop the raw events of old runs (events, tracks, collectives, flows, memory, "
                                    "annotation ranges); keep their headline, per-rank and per-step figures, "
-                                   "per-bucket/unit figures, findings and history. Then give the space back.")
+                                   "per-bucket/unit figures, findings, stored analyses and history (every "
+                                   "page but the Timeline). Then give the space back.")
     p.add_argument("--keep-last", type=int, metavar="N", help="keep the newest N runs of each name complete")
     p.add_argument("--run", metavar="NAME", help="only runs of this name")
     p.add_argument("--older-than", type=float, metavar="DAYS", help="only runs stored more than DAYS days ago")

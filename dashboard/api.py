@@ -218,10 +218,10 @@ class Api:
         spool.rename(path)
         return path
 
-    def _decode(self, path: Path):
-        """Decode the run and compute its results beside the writer (DuckDB runs them on all cores)."""
-        decoded = catalog.decode([str(path)], workers=1, limits=limits.for_uploads(self.settings.max_upload_bytes))
-        return decoded, catalog.prepare(decoded)
+    def _prepare(self, path: Path):
+        """Map the run into the run store and analyse it beside the writer (DuckDB runs on all cores)."""
+        return catalog.prepare(self.settings.db, [str(path)], workers=1,
+                               limits=limits.for_uploads(self.settings.max_upload_bytes))
 
     async def push(self, request: Request) -> Response:
         started = time.monotonic()
@@ -240,13 +240,17 @@ class Api:
             path = await self._spool(request, folder)
             if isinstance(path, Response):
                 return path
-            decoded, prepared = await asyncio.wrap_future(self._decodes.submit(self._decode, path))
+            prepared = await asyncio.wrap_future(self._decodes.submit(self._prepare, path))
 
             def store(con):
-                run_id = catalog.store(con, decoded, name, tags, pushed_by=who, prepared=prepared)
+                run_id = catalog.commit(con, prepared, name, tags, pushed_by=who)
                 return catalog.run(con, run_id)
 
-            row = await asyncio.wrap_future(self.catalog.submit(store))
+            try:
+                row = await asyncio.wrap_future(self.catalog.submit(store))
+            except BaseException:
+                prepared.discard()  # not committed: its staging folder goes (commit removed a published one)
+                raise
         except InputError as err:
             return _error(400, uploads.display_error(err, folder))
         except CatalogBusy as err:

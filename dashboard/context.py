@@ -121,6 +121,17 @@ def require_events(run: dict, what: str) -> None:
         st.stop()
 
 
+def require_analyses(ctx: Context, what: str) -> None:
+    """Stop a page that needs the run's stored analyses when it has none (pruned before
+    the run store kept them), saying what remains."""
+    run = ctx.run
+    if not data.has_analyses(*ctx.key()):
+        st.info(f"Run #{run['run_id']} ({md(run['name'])}) was pruned on {str(run['pruned_at'])[:10]}, before "
+                f"overlapscope kept its analyses: {what} cannot be drawn. Its headline, per-rank and per-step "
+                "figures and findings remain (Overview, Checklist, History, Compare).", icon=":material/inventory_2:")
+        st.stop()
+
+
 def require_run(ctx: Context) -> dict:
     """The selected run; on an empty catalog, say how to add one and stop the page."""
     if ctx.run is None:

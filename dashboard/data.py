@@ -70,35 +70,43 @@ def stamp(run: dict) -> str:
     return str(run.get("created_at"))
 
 
-@st.cache_data(show_spinner="Analyzing the run...", max_entries=32)
-def _core(db: str, run_id: int, run_stamp: str) -> dict:
-    """``analyze_run`` and the per-collective attribution, on one connection so that
-    the attribution reuses the overlap tables the analysis just built."""
-    with connect(db) as con:
-        result = api.analyze_run(con, run_id)
-        if result["run"]["pruned_at"] is not None:  # no events left to attribute
-            return {"analysis": result, "attribution": []}
-        return {"analysis": result, "attribution": collectives.compute(con, run_info(con, run_id))}
-
-
+@st.cache_data(show_spinner="Reading the run...", max_entries=32)
 def analysis(db: str, run_id: int, run_stamp: str) -> dict:
-    """``analyze_run``: per rank and per step compute, comm, exposed comm, idle."""
-    return _core(db, run_id, run_stamp)["analysis"]
-
-
-def attribution(db: str, run_id: int, run_stamp: str) -> list[collectives.Collective]:
-    """``collectives.compute``: bucket or unit, phase, bytes and exposed time of each collective."""
-    return _core(db, run_id, run_stamp)["attribution"]
-
-
-@st.cache_data(show_spinner="Attributing collectives...", max_entries=32)
-def buckets(db: str, run_id: int, run_stamp: str) -> dict:
-    """``buckets_run``: per bucket, unit and phase, with the model beside it."""
+    """``analyze_run``: per rank and per step compute, comm, exposed comm, idle (as stored at ingest)."""
     with connect(db) as con:
-        return api.buckets_run(con, run_id)
+        return api.analyze_run(con, run_id)
 
 
-@st.cache_data(show_spinner="Running the checklist...", max_entries=32)
+@st.cache_resource(show_spinner=False, max_entries=8)
+def attribution(db: str, run_id: int, run_stamp: str) -> list[collectives.Collective]:
+    """The bucket or unit, phase, bytes and exposed time of each collective, as ingest
+    attributed them (shared, not copied: callers only read it)."""
+    with connect(db) as con:
+        info = run_info(con, run_id)
+        if info.stored:
+            return timeline_analysis.stored_attribution(info) or []
+        return [] if info.pruned_at is not None else collectives.compute(con, info)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def has_analyses(db: str, run_id: int, run_stamp: str) -> bool:
+    """Whether the run's buckets and model analyses can be shown: stored at ingest, or its
+    events are there to make them (a run pruned before the run store had neither)."""
+    with connect(db) as con:
+        info = run_info(con, run_id)
+        return info.stored or info.pruned_at is None
+
+
+@st.cache_data(show_spinner="Reading the collectives...", max_entries=32)
+def buckets(db: str, run_id: int, run_stamp: str) -> dict:
+    """``buckets_run``: per bucket, unit and phase, with the model beside it (the pages read
+    the summary, steps and model: the per-collective rows stay out of the cache)."""
+    with connect(db) as con:
+        result = api.buckets_run(con, run_id)
+    return {k: v for k, v in result.items() if k != "collectives"}
+
+
+@st.cache_data(show_spinner="Reading the checklist...", max_entries=32)
 def diagnosis(db: str, run_id: int, run_stamp: str) -> dict:
     """``diagnose_run``: the checklist findings, failed first."""
     with connect(db) as con:
@@ -138,9 +146,12 @@ def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None, pu
     total)`` reports each decoded file. ``limits``: the input caps (uploads pass
     ``limits.for_uploads``: what anyone who reaches the page may send).
     """
-    decoded = catalog.decode(paths, on_decoded=on_decoded, workers=1, limits=limits)
-    prepared = catalog.prepare(decoded)  # the analysis runs here, not in the writer
-    return write(db, lambda con: catalog.store(con, decoded, name, tags, pushed_by=pushed_by, prepared=prepared))
+    prepared = catalog.prepare(db, paths, workers=1, on_decoded=on_decoded, limits=limits)  # not in the writer
+    try:
+        return write(db, lambda con: catalog.commit(con, prepared, name, tags, pushed_by=pushed_by))
+    except BaseException:
+        prepared.discard()
+        raise
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

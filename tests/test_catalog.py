@@ -10,6 +10,8 @@ from overlapscope.analyzer.store import catalog
 from overlapscope.cli import main
 from overlapscope.analyzer.errors import InputError
 from builders import GpuTrace, write
+import old_catalogs
+from overlapscope.analyzer.store import runstore
 
 
 def bundle(folder, exposed_us=30):
@@ -35,8 +37,14 @@ def test_ingest_stores_a_run_with_metrics(tmp_path, db):
     assert row["tags"] == {"commit": "abc"}
     # comm 30..80 against compute 0..50: 30 us exposed
     assert row["exposed_comm_ms"] == pytest.approx(0.030)
-    # the full detail keeps every argument
-    assert con.execute("SELECT count(*) FROM events WHERE args IS NOT NULL").fetchone()[0] > 0
+    # the full detail keeps every argument: each rank's events are a Parquet file of the run store
+    files = runstore.raw_files(runstore.run_dir(db, _data_dir(con, run_id)), "events")
+    assert len(files) == 2
+    assert con.execute("SELECT count(*) FROM read_parquet($f) WHERE args IS NOT NULL", {"f": files}).fetchone()[0] > 0
+
+
+def _data_dir(con, run_id: int) -> str:
+    return con.execute("SELECT data_dir FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
 
 
 def test_failed_ingest_leaves_nothing(tmp_path, db):
@@ -46,9 +54,10 @@ def test_failed_ingest_leaves_nothing(tmp_path, db):
     (folder / "rank-1.json").write_text('{"traceEvents": [')
     with pytest.raises(InputError):
         catalog.ingest(con, [str(folder)], "broken")
-    for table in ("runs", "ranks", "events", "tracks", "collectives", "steps", "metrics", "findings",
-                  "annotation_roles"):
+    for table in ("runs", "ranks", "steps", "metrics", "findings", "rank_metrics", "step_metrics", "group_metrics"):
         assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+    store = runstore.store_dir(db)
+    assert not store.exists() or list(store.iterdir()) == [], "no file of the run is left in the run store"
 
 
 def test_cli_ingest_history_and_run(tmp_path, db, capsys):
@@ -121,28 +130,48 @@ def test_ingest_stores_the_checklist(tmp_path, db):
     assert stored[0] == 17 and stored[1] == len(head["failed_findings"])
 
 
-def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db):
+def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db, capsys):
     """A catalog written before catalog_info existed: no parallelism, headline, kind or family
-    columns, no annotation_roles or findings. Opening it brings all of them back."""
-    con = catalog.open_catalog()
-    run_id = catalog.ingest(con, [bundle(tmp_path / "a")], "old", {"k": "v"})
+    columns, no annotation_roles or findings, every event in the catalog. Opening it moves
+    its run to the run store with all of them back, and its analyses answer as a run
+    ingested today does."""
+    old_catalogs.version_3(db, [([bundle(tmp_path / "a")], "old", {"k": "v"})])
+    con = catalog.open_catalog()  # upgrades to today's schema
     before = catalog.runs(con)[0]
-    roles = con.execute("SELECT count(*) FROM annotation_roles").fetchone()[0]
-    for stmt in ("DROP TABLE catalog_info", "DROP TABLE annotation_roles", "DROP TABLE findings",
-                 "ALTER TABLE runs DROP COLUMN parallelism", "ALTER TABLE runs DROP COLUMN headline",
-                 "ALTER TABLE collectives DROP COLUMN kind", "ALTER TABLE collectives DROP COLUMN family"):
-        con.execute(stmt)
     con.close()
+    old_catalogs.version_3(tmp_path / "v1.duckdb", [([bundle(tmp_path / "a")], "old", {"k": "v"})])
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "v1.duckdb")) as old:
+        for stmt in ("DROP TABLE catalog_info", "DROP TABLE annotation_roles", "DROP TABLE findings",
+                     "ALTER TABLE runs DROP COLUMN parallelism", "ALTER TABLE runs DROP COLUMN headline",
+                     "ALTER TABLE collectives DROP COLUMN kind", "ALTER TABLE collectives DROP COLUMN family"):
+            old.execute(stmt)
     from overlapscope.analyzer.store import database
     from overlapscope.analyzer.store.migrate import CatalogOutdated
 
     with pytest.raises(CatalogOutdated):  # a read-only connection cannot upgrade on its own ...
-        database.connect(str(db), read_only=True)
-    con = catalog.open_catalog(read_only=True)  # ... so open_catalog upgrades first
+        database.connect(str(tmp_path / "v1.duckdb"), read_only=True)
+    con = catalog.open_catalog(tmp_path / "v1.duckdb", read_only=True)  # ... so open_catalog upgrades first
     after = catalog.runs(con)[0]
-    assert after == before
-    assert con.execute("SELECT count(*) FROM annotation_roles").fetchone()[0] == roles
-    assert con.execute("SELECT count(*) FROM collectives WHERE kind = 'all_reduce' AND family = 'reduce'"
-                       ).fetchone()[0] > 0
-    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "3"
-    assert run_id == after["run_id"]
+    assert {k: v for k, v in after.items() if k != "created_at"} == {k: v for k, v in before.items()
+                                                                    if k != "created_at"}
+    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "4"
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    assert not tables & {"events", "tracks", "collectives", "annotation_roles"}, "the events left the catalog"
+    run_dir = runstore.run_dir(tmp_path / "v1.duckdb", _data_dir(con, after["run_id"]))
+    roles = con.execute("SELECT count(*) FROM read_parquet($f)",
+                        {"f": runstore.raw_files(run_dir, "annotation_roles")}).fetchone()[0]
+    kinds = con.execute("SELECT count(*) FROM read_parquet($f) WHERE kind = 'all_reduce' AND family = 'reduce'",
+                        {"f": runstore.raw_files(run_dir, "collectives")}).fetchone()[0]
+    assert roles >= 0 and kinds > 0
+    con.close()
+    # its stored analyses are those of the traces analysed today
+    for command in ("analyze", "buckets", "diagnose"):
+        assert main([command, "--run", "old", "--db", str(tmp_path / "v1.duckdb"), "--json"]) == 0
+        stored = json.loads(capsys.readouterr().out)
+        assert main([command, bundle(tmp_path / "a"), "--json"]) == 0
+        fresh = json.loads(capsys.readouterr().out)
+        for key in fresh:
+            if key != "run":
+                assert stored[key] == fresh[key], (command, key)

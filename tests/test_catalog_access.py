@@ -77,11 +77,11 @@ def test_one_writer_thread_stores_concurrent_writes_whole(tmp_path):
     and readers in between see only whole runs."""
     db = tmp_path / "catalog.duckdb"
     shared = access.SharedCatalog(str(db), keep_open_s=5.0)
-    decoded = catalog.decode([str(SAMPLES / "ddp")], workers=1)
+    prepared = [catalog.prepare(db, [str(SAMPLES / "ddp")], workers=1) for _ in range(8)]
     ids, partial = [], []
 
     def store(i: int) -> None:
-        ids.append(shared.write(lambda con: catalog.store(con, decoded, f"run-{i}")))
+        ids.append(shared.write(lambda con: catalog.commit(con, prepared[i], f"run-{i}")))
 
     def read() -> None:
         for _ in range(20):
@@ -167,18 +167,27 @@ def test_tokens_are_read_again_when_the_file_changes(tmp_path):
     assert auth.current(None) is auth.NONE
 
 
-def test_results_prepared_beside_the_writer_equal_those_computed_in_it(tmp_path):
-    """A server computes a run's headline, findings and figures on a private store before the
-    writer stores it: the catalog ends up with the same rows as an ingest that computes them."""
-    con = catalog.open_catalog(tmp_path / "catalog.duckdb")
-    decoded = catalog.decode([str(SAMPLES / "fsdp_per_block")], workers=1)
-    a = catalog.store(con, decoded, "inside")
-    b = catalog.store(con, decoded, "beside", prepared=catalog.prepare(decoded))
-    runs = {r["run_id"]: r for r in catalog.runs(con)}
-    assert runs[a]["headline"] == runs[b]["headline"]
-    assert catalog.detail(con, a)["findings"] == catalog.detail(con, b)["findings"]
-    assert catalog.figures(con, a) == catalog.figures(con, b)
+def test_results_prepared_beside_the_writer_equal_those_of_one_store(tmp_path):
+    """A server maps and analyses a run (each rank in its worker, then the reduce) before the
+    writer commits it: the catalog ends up with the rows that the single-store route
+    computes over every event at once (load, then results.compute)."""
     from overlapscope.analyzer import sql
+    from overlapscope.analyzer.ingest.load import load
+    from overlapscope.analyzer.store import results
 
-    assert sql.rows(con, "catalog.group_metrics", run_id=a) == sql.rows(con, "catalog.group_metrics", run_id=b)
+    con = catalog.open_catalog(tmp_path / "catalog.duckdb")
+    paths = [str(SAMPLES / "fsdp_per_block")]
+    run_id = catalog.commit(con, catalog.prepare(tmp_path / "catalog.duckdb", paths, workers=1), "beside")
+    one = load(paths, detail="full", workers=1)
+    expected = results.compute(one.con, one.run_id)
+    (row,) = catalog.runs(con)
+    assert row["headline"] == expected["headline"]
+    assert [{k: f[k] for k in ("id", "status", "evidence")} for f in catalog.detail(con, run_id)["findings"]] == \
+        sorted(({k: f[k] for k in ("id", "status", "evidence")} for f in expected["findings"]),
+               key=lambda f: [r["id"] for r in catalog.detail(con, run_id)["findings"]].index(f["id"]))
+    figures = catalog.figures(con, run_id)
+    assert figures["ranks"] == [{k: r.get(k) for k in figures["ranks"][0]} for r in expected["figures"]["rank_metrics"]]
+    assert figures["steps"] == [{k: r.get(k) for k in figures["steps"][0]} for r in expected["figures"]["step_metrics"]]
+    groups = sql.rows(con, "catalog.group_metrics", run_id=run_id)
+    assert len(groups) == len(expected["figures"]["group_metrics"])
     con.close()

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from overlapscope.dashboard.text import md
-from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer.store import catalog, runstore
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 RUN_PAGES = ["views/overview.py", "views/timeline.py", "views/buckets.py", "views/model.py",
@@ -288,6 +288,7 @@ def test_a_pruned_run_says_so_where_events_are_needed(monkeypatch, tmp_path, nig
 
     db = tmp_path / "pruned.duckdb"
     shutil.copy(nightly_db, db)
+    shutil.copytree(runstore.store_dir(nightly_db), runstore.store_dir(db))  # a catalog is its file and its run store
     con = catalog.open_catalog(db)
     findings_before = con.execute("SELECT count(*) FROM findings WHERE run_id = 1").fetchone()[0]
     retention.prune(con, [1])
@@ -296,10 +297,14 @@ def test_a_pruned_run_says_so_where_events_are_needed(monkeypatch, tmp_path, nig
     at.sidebar.selectbox[0].set_value(1).run()
     no_errors(at)
     assert at.metric[0].value.endswith("ms") and any("Pruned on" in c.value for c in at.caption)
-    for page in ("views/timeline.py", "views/buckets.py", "views/model.py"):
+    at.switch_page("views/timeline.py").run()  # the one page that draws events
+    no_errors(at)
+    assert any("was pruned on" in i.value for i in at.info)
+    for page in ("views/buckets.py", "views/model.py"):  # from the analyses stored at ingest
         at.switch_page(page).run()
         no_errors(at)
-        assert any("was pruned on" in i.value for i in at.info), page
+        assert not any("was pruned on" in i.value for i in at.info), page
+        assert at.get("vega_lite_chart") or at.get("arrow_vega_lite_chart"), page
     at.switch_page("views/checklist.py").run()
     no_errors(at)
     assert len(at.main.expander) == findings_before

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from builders import GpuTrace, write
-from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer.store import catalog, runstore
 
 pytestmark = pytest.mark.slow
 
@@ -107,6 +107,12 @@ def test_kill_at_twenty_points_of_an_ingest(tmp_path, eight_ranks):
     # the early kills store nothing; the very last ones may have committed
     assert stored < 20
     assert _check_whole_or_nothing(db, "whole") == 1
+    # the next ingest sweeps what the killed ones left in the run store: only committed runs' folders stay
+    subprocess.run(_ingest_cmd(db, eight_ranks, "after"), check=True, capture_output=True, timeout=300)
+    con = catalog.open_catalog(db, read_only=True)
+    named = {r[0] for r in con.execute("SELECT data_dir FROM runs").fetchall()}
+    con.close()
+    assert {p.name for p in runstore.store_dir(db).iterdir()} == named
 
 
 def _mount_tmpfs(path, size: str, read_only: bool = False) -> bool:
@@ -123,7 +129,7 @@ def _umount(path) -> None:
 
 def test_a_full_disk_is_one_line_and_stores_nothing(tmp_path, eight_ranks):
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "3m"):
+    if not _mount_tmpfs(disk, "1m"):  # the run's files take about 1.5 MB
         pytest.skip("needs root to mount a small tmpfs")
     try:
         db = disk / "catalog.duckdb"

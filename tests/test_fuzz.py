@@ -18,7 +18,7 @@ from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest.decode import decode_source
 from overlapscope.analyzer.ingest.inputs import TraceSource
 from overlapscope.analyzer.ingest.limits import Limits
-from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer.store import catalog, runstore
 
 pytestmark = pytest.mark.slow
 
@@ -63,14 +63,20 @@ def _check(path, tmp_path) -> None:
     db = tmp_path / "fuzz.duckdb"
     con = catalog.open_catalog(db)
     try:
-        before = con.execute("SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM events)").fetchone()
+        before = _stored(con, db)
         try:
             catalog.ingest(con, [str(path)], "fuzz", workers=1, limits=LIMITS)
         except InputError:
-            after = con.execute("SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM events)").fetchone()
-            assert after == before
+            assert _stored(con, db) == before
     finally:
         con.close()
+
+
+def _stored(con, db) -> tuple:
+    """What the catalog holds: its runs and ranks, and the folders of its run store."""
+    store = runstore.store_dir(db)
+    return (con.execute("SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM ranks)").fetchone(),
+            sorted(p.name for p in store.iterdir()) if store.is_dir() else [])
 
 
 @FUZZ

@@ -8,11 +8,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from overlapscope.analyzer.store import catalog, retention
+from overlapscope.analyzer.store import catalog, retention, runstore
 from overlapscope.cli import main
 from conftest import SAMPLES
-
-RAW = ("events", "tracks", "collectives", "flows", "memory", "annotation_roles")
+import old_catalogs
 
 
 @pytest.fixture
@@ -26,6 +25,10 @@ def _counts(con, run_id: int) -> dict:
     tables = [r[0] for r in con.execute("SELECT DISTINCT table_name FROM duckdb_columns() "
                                         "WHERE column_name = 'run_id' AND NOT internal").fetchall()]
     return {t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [run_id]).fetchone()[0] for t in tables}
+
+
+def _run_dir(con, db, run_id: int):
+    return runstore.run_dir(db, con.execute("SELECT data_dir FROM runs WHERE run_id = ?", [run_id]).fetchone()[0])
 
 
 def _json(capsys, argv) -> dict:
@@ -44,10 +47,10 @@ def test_prune_keeps_what_history_check_and_analyze_read(db, capsys):
     assert pruned["bytes_after"] < pruned["bytes_before"]
     con = catalog.open_catalog(db, read_only=True)
     counts = _counts(con, 1)
-    assert all(counts[t] == 0 for t in RAW), counts
     kept = ("runs", "ranks", "steps", "metrics", "findings", "rank_metrics", "step_metrics", "group_metrics")
     assert all(counts[t] > 0 for t in kept), counts
-    assert all(n > 0 for t, n in _counts(con, 3).items() if t != "memory"), "the newest run stays whole"
+    assert not runstore.has_raw(_run_dir(con, db, 1)) and runstore.has_raw(_run_dir(con, db, 3)), \
+        "the pruned run's raw files are gone, the newest run stays whole"
     con.close()
     # analyze --run of a pruned run gives the same figures, from what was stored at ingest
     after = _json(capsys, ["analyze", "--run", "1", "--json"])
@@ -61,11 +64,12 @@ def test_prune_keeps_what_history_check_and_analyze_read(db, capsys):
     capsys.readouterr()
     assert main(["check", "--run", "2", "--baseline", "1"]) == 1
     assert "bucket " in capsys.readouterr().out
-    # what needs the events says so in one line
+    # the analyses stored at ingest outlive the events
     for command in ("buckets", "diagnose"):
-        assert main([command, "--run", "1"]) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "was pruned on" in err
+        kept_after = _json(capsys, [command, "--run", "1", "--json"])
+        assert main([command, str(SAMPLES / "ddp"), "--json"]) == 0
+        fresh = json.loads(capsys.readouterr().out)
+        assert {k: v for k, v in kept_after.items() if k != "run"} == {k: v for k, v in fresh.items() if k != "run"}
     # pruning again finds nothing; a run of another name is not touched
     assert _json(capsys, ["prune", "--keep-last", "1", "--json"])["pruned"] == []
 
@@ -95,6 +99,7 @@ def test_delete_removes_every_row_of_the_run(db, capsys):
     con = catalog.open_catalog(db, read_only=True)
     assert set(_counts(con, 2).values()) == {0}
     assert [r["run_id"] for r in catalog.runs(con)] == [1]
+    assert [p.name for p in runstore.store_dir(db).iterdir()] == [con.execute("SELECT data_dir FROM runs").fetchone()[0]]
     con.close()
     assert main(["delete", "2"]) == 2
     assert "no run 2" in capsys.readouterr().err
@@ -102,22 +107,45 @@ def test_delete_removes_every_row_of_the_run(db, capsys):
     assert "--keep-last" in capsys.readouterr().err
 
 
-def test_a_version_2_catalog_gains_the_kept_figures(db):
-    """A catalog of schema 2 (before pushes and prune): opening it for writing adds
-    pushed_by, pruned_at and the figures of every stored run."""
-    con = catalog.open_catalog(db)
-    run_id = catalog.ingest(con, [str(SAMPLES / "ddp")], "old")
-    figures = catalog.figures(con, run_id)
-    for stmt in ("DROP TABLE rank_metrics", "DROP TABLE step_metrics", "DROP TABLE group_metrics",
-                 "ALTER TABLE runs DROP COLUMN pushed_by", "ALTER TABLE runs DROP COLUMN pruned_at",
-                 "UPDATE catalog_info SET value = '2' WHERE key = 'schema_version'"):
-        con.execute(stmt)
-    con.close()
+def test_a_version_2_catalog_gains_the_kept_figures(db, tmp_path):
+    """A catalog of schema 2 (before pushes and prune, every event in the catalog): opening
+    it for writing adds pushed_by, pruned_at and the figures of every stored run, and moves
+    its events to the run store."""
+    old_catalogs.version_3(db, [([str(SAMPLES / "ddp")], "old", {})])
+    import duckdb
+
+    with duckdb.connect(str(db)) as con:
+        run_id = 1
+        expected = catalog.figures(con, run_id)
+        for stmt in ("DROP TABLE rank_metrics", "DROP TABLE step_metrics", "DROP TABLE group_metrics",
+                     "ALTER TABLE runs DROP COLUMN pushed_by", "ALTER TABLE runs DROP COLUMN pruned_at",
+                     "UPDATE catalog_info SET value = '2' WHERE key = 'schema_version'"):
+            con.execute(stmt)
     con = catalog.open_catalog(db, read_only=True)  # upgrades first (briefly read-write)
-    assert catalog.figures(con, run_id) == figures and figures["steps"]
+    assert catalog.figures(con, run_id) == expected and expected["steps"]
     assert catalog.runs(con)[0]["pushed_by"] is None
-    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "3"
+    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "4"
+    assert runstore.has_raw(_run_dir(con, db, run_id))
     con.close()
+
+
+def test_a_version_3_catalog_keeps_its_pruned_runs(db, capsys):
+    """Upgrading a schema-3 catalog moves its complete runs to the run store; a run pruned
+    there keeps its headline, figures and findings, and says it was pruned where more is asked."""
+    old_catalogs.version_3(db, [([str(SAMPLES / "ddp")], "a", {}), ([str(SAMPLES / "ddp_straggler")], "a", {})])
+    import duckdb
+
+    with duckdb.connect(str(db)) as con:  # prune run 1 as version 3 did: its events gone
+        for table in ("events", "tracks", "collectives", "flows", "memory", "annotation_roles"):
+            con.execute(f"DELETE FROM {table} WHERE run_id = 1")
+        con.execute("UPDATE runs SET pruned_at = now() WHERE run_id = 1")
+    head = _json(capsys, ["history", "--json"])["runs"]
+    assert [r["run_id"] for r in head] == [2, 1] and head[1]["pruned_at"] is not None
+    assert _json(capsys, ["analyze", "--run", "#1", "--json"])["ranks"]
+    assert main(["buckets", "--run", "#1"]) == 2
+    assert "was pruned on" in capsys.readouterr().err
+    assert _json(capsys, ["buckets", "--run", "#2", "--json"])["collectives"]
+    assert main(["check", "--run", "a", "--max-regression-pct", "5"]) == 1
 
 
 def test_bytes_per_run_before_and_after_prune(tmp_path, capsys):

@@ -216,7 +216,7 @@ def collective_family(kind: str | None) -> str | None:
 
 def parallelism_seen(names: list[str]) -> str | None:
     """What the trace's own ranges show: fsdp (FSDP1 or FSDP2 ranges), ddp (DDP's
-    forward), or None. Files of one run agree on it (load.check_ranks)."""
+    forward), or None. Files of one run agree on it (consistency.check_ranks)."""
     if any(n.startswith(("FSDP::", "FullyShardedDataParallel.")) for n in names):
         return "fsdp"
     if "DistributedDataParallel.forward" in names:

@@ -1,22 +1,21 @@
-"""Load per-rank traces into a store: resolve inputs, decode ranks in parallel, insert.
+"""Load per-rank traces into one store: resolve inputs, decode ranks in parallel, insert.
 
-Ranks are decoded in worker processes (msgspec holds the GIL, so threads would
-not help); each worker reads its own file and sends back Arrow tables, and dies
-with its parent (a killed load leaves no worker behind). Nothing is stored unless
-every file decodes and the files make one run.
+This is the single-store route: every rank's events in one DuckDB store, the
+analyses run over all of them at once (tests, the timeline's own tests, the
+benchmarks' second route). The commands map over ranks instead (analyzer/engine:
+each rank reduced to its tables by its worker); both run the same SQL.
+Ranks are decoded in worker processes (engine.local); each sends back Arrow
+tables. Nothing is stored unless every file decodes and the files make one run.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import sys
-import threading
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import functools
 from dataclasses import dataclass
 
+from overlapscope.analyzer.engine import local
 from overlapscope.analyzer.ingest.decode import DETAILS, RankData, decode_source
-from overlapscope.analyzer.errors import InputError
+from overlapscope.analyzer.ingest.consistency import check_ranks
 from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource, resolve
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 from overlapscope.contract.manifest import Manifest
@@ -31,118 +30,22 @@ class Loaded:
     manifest: Manifest | None
 
 
-def _workers(n_files: int, workers: int | None) -> int:
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(n_files, workers or available))
-
-
-def _fork_is_safe() -> bool:
-    """Whether worker processes may be forked from this one.
-
-    Forking a process that runs other threads can deadlock the child (a lock
-    held by a thread that does not exist there). DuckDB starts native threads
-    when a connection opens, and the dashboard serves from threads; a fork
-    server or spawn would re-import the caller's main module, which Streamlit
-    and test runners do not allow. So: fork before DuckDB starts, else decode
-    in this process (the CLI opens its store after forking, see load()).
-    """
-    return sys.platform.startswith("linux") and "duckdb" not in sys.modules and threading.active_count() == 1
-
-
-def _die_with_parent() -> None:
-    """Worker initializer: the kernel kills this worker when the parent dies (Linux),
-    so a kill -9 of a load leaves no worker blocked on its pipe."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() == 1:  # the parent died before prctl took effect
-            os._exit(1)
-    except (OSError, AttributeError):  # not Linux: workers end when their pipe closes
-        pass
-
-
 def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | None = None,
                while_waiting=None, on_decoded=None, limits: Limits | None = None) -> list[RankData]:
-    """Decode every source; the first bad file stops the load with its error.
+    """Decode every source in worker processes (engine.local); the first bad file stops
+    the load with its error.
 
     ``while_waiting`` runs in this process while the workers decode (opening
     the store overlaps with parsing instead of following it); ``on_decoded(done,
     total)`` is called as each file is decoded (a progress bar).
     """
-    total = len(sources)
-    report = on_decoded or (lambda done, total: None)
     limits = limits or limits_from_env()
-    n = _workers(total, workers) if _fork_is_safe() else 1
-    if n == 1:
-        ranks = []
-        for s in sources:
-            ranks.append(decode_source(s, detail, limits=limits))
-            report(len(ranks), total)
-        if while_waiting:
-            while_waiting()
-        return ranks
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
-                             initializer=_die_with_parent) as pool:
-        futures = [pool.submit(decode_source, s, detail, True, limits) for s in sources]
-        if while_waiting:
-            while_waiting()
-        for done, f in enumerate(as_completed(futures), start=1):
-            if f.exception() is not None:
-                for p in futures:
-                    p.cancel()
-                raise f.exception()
-            report(done, total)
-        return [f.result() for f in futures]
+    return local.run(functools.partial(_decode, detail=detail, limits=limits), sources, workers=workers,
+                     on_done=on_decoded, while_waiting=while_waiting)
 
 
-def _differ(ranks: list[RankData], key: str, what: str) -> None:
-    """Refuse files that disagree on ``key`` as different runs, naming two of them."""
-    seen = [r.meta for r in ranks if r.meta.get(key) is not None]
-    if not seen:
-        return
-    first = seen[0]
-    other = next((m for m in seen if m[key] != first[key]), None)
-    if other is not None:
-        raise InputError(other["file"], f"a different run: {what} {other[key]} here, {first[key]} in {first['file']}")
-
-
-def check_ranks(ranks: list[RankData], manifest: Manifest | None = None, manifest_source: str | None = None) -> None:
-    """The files make one run: one file per rank, the same world size, backend,
-    device kind and parallelism, and ranks inside the world size; a manifest that
-    came with them describes the same job."""
-    seen: dict[int, str] = {}
-    for r in ranks:
-        rank, file = r.meta["rank"], r.meta["file"]
-        if rank in seen:
-            raise InputError(file, f"rank {rank} is also claimed by {seen[rank]}")
-        seen[rank] = file
-    _differ(ranks, "world_size", "world size")
-    _differ(ranks, "device_kind", "device kind (cpu or gpu)")
-    _differ(ranks, "backend", "backend")
-    _differ(ranks, "parallelism_seen", "parallelism")
-    for r in ranks:
-        ws = r.meta["world_size"]
-        if ws and not 0 <= r.meta["rank"] < ws:
-            raise InputError(r.meta["file"], f"rank {r.meta['rank']} is outside the world size {ws}")
-    if manifest is None:
-        return
-    first = ranks[0].meta
-    where = manifest_source or "manifest.json"
-    if manifest.world_size and first["world_size"] and manifest.world_size != first["world_size"]:
-        raise InputError(where, f"a different run: the manifest says world size {manifest.world_size}, "
-                                f"{first['file']} says {first['world_size']}")
-    if manifest.backend and first["backend"] and manifest.backend != first["backend"]:
-        raise InputError(where, f"a different run: the manifest says backend {manifest.backend}, "
-                                f"{first['file']} says {first['backend']}")
-    seen_par = next((r.meta for r in ranks if r.meta.get("parallelism_seen")), None)
-    if manifest.parallelism and seen_par and \
-            (manifest.parallelism == "ddp") != (seen_par["parallelism_seen"] == "ddp"):
-        raise InputError(where, f"a different run: the manifest says {manifest.parallelism}, "
-                                f"{seen_par['file']} shows {seen_par['parallelism_seen']}")
+def _decode(source: TraceSource, detail: str, limits: Limits) -> RankData:
+    return decode_source(source, detail, True, limits)
 
 
 @dataclass

@@ -13,11 +13,12 @@ from overlapscope.analyzer.ingest.classify import NORM_OPS
 from overlapscope.analyzer.units import NS_PER_US
 
 LAUNCH_GAP_US = 20.0  # the checklist's launch_gap_us threshold (its reason: checklist/findings.py)
+# sql/checklist.sql's parameters besides the run (the per-rank map runs it with the same)
+CHECKLIST_PARAMS = {"launch_gap_ns": int(LAUNCH_GAP_US * NS_PER_US), "norm_ops": sorted(NORM_OPS)}
 
 
 def ensure(con, run_id: int) -> None:
-    sql.ensure(con, "checklist", run_id=run_id, launch_gap_ns=int(LAUNCH_GAP_US * NS_PER_US),
-               norm_ops=sorted(NORM_OPS))
+    sql.ensure(con, "checklist", run_id=run_id, **CHECKLIST_PARAMS)
 
 
 def per_step(con, run_id: int) -> list[dict]:

@@ -60,6 +60,38 @@ def _attribution_table(attribution: list[Collective], ranks: set[int]) -> pa.Tab
     }, schema=_ATTR_SCHEMA)
 
 
+def stored_attribution(info) -> list[Collective] | None:
+    """A stored run's collectives as ingest attributed them (its ``buckets`` analysis)."""
+    import msgspec
+
+    from overlapscope.analyzer.store import runstore
+
+    document = runstore.read_document(info.run_dir, "buckets")
+    if document is None:
+        return None
+    return msgspec.convert(document["collectives"], list[Collective])
+
+
+def _read_stored(con, info, step: int, ranks: list[int]) -> None:
+    """A stored run's rows for this timeline, from its run store: the shown ranks' events in
+    the step's window and their tracks (Parquet, read in place), and the clock offsets
+    ingest estimated; the timeline then reads them as it reads a store of every event."""
+    from overlapscope.analyzer.store import runstore
+
+    start, end = sql.one(con, "store.window_of_step", run_id=info.run_id, step=step, ranks=ranks) or (None, None)
+    events = runstore.raw_files(info.run_dir, "events", ranks)
+    tracks = runstore.raw_files(info.run_dir, "tracks", ranks)
+    if start is None or not events:
+        start, end, events = 0, 0, events or runstore.raw_files(info.run_dir, "events")[:1]
+    con.execute(sql.query("store.stored_events"), {"run_id": info.run_id, "files": events, "from_ns": start,
+                                                   "to_ns": end})
+    con.execute(sql.query("store.stored_tracks"), {"run_id": info.run_id, "files": tracks or events[:0] or
+                                                   runstore.raw_files(info.run_dir, "tracks")[:1]})
+    con.execute(sql.query("store.stored_clock"), {"run_id": info.run_id})
+    sql.mark_done(con, "instances", run_id=info.run_id)
+    sql.mark_done(con, "clocks", run_id=info.run_id)
+
+
 def _mark(row: dict, lane: str) -> dict:
     return {
         "rank": row["rank"], "track_id": row["track_id"], "lane": lane, "kind": row["kind"],
@@ -97,16 +129,23 @@ def timeline(con, run_id: int, step: int, ranks: list[int] | None = None,
     bucket or unit (``coll_kind``, ``coll_id``, ``phase``), ``bytes`` and the
     collective's comm and exposed ms.
     """
+    from overlapscope.analyzer.store.runinfo import run_info
+
     if max_marks < 1:
         raise ValueError(f"max_marks must be >= 1, got {max_marks}")
-    if attribution is None:
-        from overlapscope.analyzer.measure import collectives
-        from overlapscope.analyzer.store.runinfo import run_info
-
-        attribution = collectives.compute(con, run_info(con, run_id))
+    info = run_info(con, run_id)
     if ranks is None:
         ranks = [r[0] for r in sql.tuples(con, "timeline.ranks", run_id=run_id)]
     shown = sorted({int(r) for r in ranks})
+    if info.stored:
+        info.require_events()
+        _read_stored(con, info, int(step), shown)
+    if attribution is None:
+        attribution = stored_attribution(info) if info.stored else None
+    if attribution is None:
+        from overlapscope.analyzer.measure import collectives
+
+        attribution = collectives.compute(con, info)
     con.register("_tl_attr_in", _attribution_table(attribution, set(shown)))
     try:
         con.execute("CREATE OR REPLACE TEMP TABLE timeline_attribution AS SELECT * FROM _tl_attr_in")

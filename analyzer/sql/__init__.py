@@ -24,8 +24,9 @@ Two kinds of file:
   ``-- name: <name>`` line; ``rows(con, "<group>.<name>", **params)`` runs one
   with ``$param`` placeholders and returns dicts.
 
-``schema.sql`` (the store's tables) and ``intervals.sql`` (the interval algebra,
-as macros) are applied when a connection opens (``store.database.connect``).
+``schema.sql`` (the catalog's tables), ``raw.sql`` (the raw per-rank tables of
+in-memory stores) and ``intervals.sql`` (the interval algebra, as macros) are
+applied when a connection opens (``store.database.connect``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from importlib import resources
 
 _HEADER = re.compile(r"^--\s*(params|scope|requires|inputs|provides|stays):\s*(.*)$")
 _NAME = re.compile(r"^--\s*name:\s*([\w.]+)\s*$", re.M)
-SETUP = ("schema", "intervals")  # applied by connect(), never by ensure()
+SETUP = ("schema", "raw", "intervals")  # applied by connect(), never by ensure()
 
 
 @dataclass(frozen=True)
@@ -111,17 +112,19 @@ def ensure(con, name: str, /, **params) -> None:
     Each script gets the parameters its header names; a missing one is an error.
     """
     s = script(name)
-    for required in s.requires:
-        ensure(con, required, **{k: v for k, v in params.items() if k in script(required).params})
     mine = {k: params[k] for k in s.params if k in params}
     missing = [p for p in s.params if p not in params]
     if missing:
         raise TypeError(f"sql script {name!r} needs {', '.join(missing)}")
     key = json.dumps(mine, sort_keys=True, default=str)
     done = _done(con)
-    # a script with inputs runs every time: the caller may have registered new ones
+    # done with these parameters (and what it read still there: running a script again
+    # forgets its dependents); a script with inputs runs every time: they may be new
     if not s.inputs and done.get(name) == key and all(r in done for r in s.requires):
         return
+    for required in s.requires:
+        ensure(con, required, **{k: v for k, v in params.items() if k in script(required).params})
+    done = _done(con)
     for table in s.inputs:
         found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? UNION ALL "
                             "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [table, table]).fetchall()
@@ -154,6 +157,12 @@ def provide(con, name: str, tables: dict, /, **params) -> None:
             con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM _provided")
         finally:
             con.unregister("_provided")
+    mark_done(con, name, **params)
+
+
+def mark_done(con, name: str, /, **params) -> None:
+    """Record that script ``name`` ran with ``params`` (its tables are in place)."""
+    s = script(name)
     mine = {k: params[k] for k in s.params if k in params}
     _done(con)
     con.execute("INSERT OR REPLACE INTO _sql_done VALUES (?, ?)", [name, json.dumps(mine, sort_keys=True, default=str)])

@@ -1,6 +1,8 @@
 -- overlapscope storage: plain tables, int64 nanosecond times, one catalog holds
--- many runs. Raw events are kept, everything else is derived by the named SQL
--- analyses next to this file. Every table and column is documented here.
+-- many runs. The raw per-rank tables (events, tracks, collectives, ...) are in
+-- raw.sql; a catalog keeps them as Parquet files beside it (store/runstore.py), and
+-- these tables hold the run index and what the analyses derived at ingest. Every
+-- table and column is documented here.
 -- Applied to every read-write connection (store/database.py); a catalog written
 -- by an older version is brought up to date by store/migrate.py.
 
@@ -24,8 +26,10 @@ CREATE TABLE IF NOT EXISTS runs (
     parallelism  VARCHAR,              -- ddp, fsdp, hsdp from the manifest; NULL when it has none
     headline     JSON,                 -- analyzer/headline.py at ingest (history, the dashboard, CI)
     pushed_by    VARCHAR,              -- the name of the API token that pushed it; NULL: stored locally
-    pruned_at    TIMESTAMP             -- when prune dropped its raw events (events, tracks, collectives,
+    pruned_at    TIMESTAMP,            -- when prune dropped its raw events (events, tracks, collectives,
                                        -- flows, memory, annotation_roles); NULL: complete
+    data_dir     VARCHAR               -- the run's folder in the catalog's run store (store/runstore.py):
+                                       -- its per-rank Parquet files and analyses; NULL in an in-memory store
 );
 
 -- One row per loaded rank (one trace file).
@@ -42,72 +46,14 @@ CREATE TABLE IF NOT EXISTS ranks (
     device_memory_bytes BIGINT,            -- largest deviceProperties totalGlobalMem
     hostname            VARCHAR,
     base_time_ns        BIGINT,            -- baseTimeNanoseconds (epoch offset of the trace clock)
-    clock_offset_ns     BIGINT DEFAULT 0,  -- added to ts_ns to align ranks (0 = trust the trace)
+    clock_offset_ns     BIGINT DEFAULT 0,  -- added to ts_ns to put the rank on the common clock (clocks.sql,
+                                           -- stored at ingest; 0 in a one-shot store, which estimates it)
     pg_config           JSON,              -- distributedInfo.pg_config (process groups and members)
     events              BIGINT,            -- traceEvents entries in the file
     dropped_events      JSON,              -- {reason: count}: events left out for a missing, negative or
                                            -- out-of-range ts or dur (ingest/frames.py)
     name_rank           INTEGER,           -- the rank the file name says, when it differs from distributedInfo's
     PRIMARY KEY (run_id, rank)
-);
-
--- Timelines: a CPU thread, a GPU stream, or a backend's comm thread.
-CREATE TABLE IF NOT EXISTS tracks (
-    run_id    INTEGER NOT NULL,
-    rank      INTEGER NOT NULL,
-    track_id  INTEGER NOT NULL,  -- per-rank id, referenced by events.track_id
-    pid       VARCHAR,           -- Kineto pid (the GPU index for GPU streams)
-    tid       VARCHAR,           -- Kineto tid (the stream id for GPU streams)
-    kind      VARCHAR,           -- 'cpu_thread', 'gpu_stream', 'comm_thread' (gloo runloop), 'other'
-    name      VARCHAR            -- thread_name metadata, or 'stream N'
-);
-
--- Every complete (ph X) and instant (ph i) event of every rank.
-CREATE TABLE IF NOT EXISTS events (
-    run_id        INTEGER NOT NULL,
-    rank          INTEGER NOT NULL,
-    event_id      BIGINT NOT NULL,  -- per-rank id, in file order
-    track_id      INTEGER,          -- tracks.track_id
-    ts_ns         BIGINT,           -- start, ns on the trace clock
-    dur_ns        BIGINT,           -- duration, ns (0 for instants)
-    name          VARCHAR,
-    cat           VARCHAR,          -- Kineto category: kernel, cpu_op, cuda_runtime, ...
-    kind          VARCHAR,          -- classification (analyzer/classify.py): compute, comm, memcpy,
-                                    -- memset, sync, gpu_annotation, step, comm_launch, runtime,
-                                    -- cpu_op, annotation, python, memory, other
-    step          BIGINT,           -- ProfilerStep number: by time for CPU events, by the
-                                    -- launching CPU call for device events; NULL outside steps
-    correlation   BIGINT,           -- CUPTI correlation id (kernels and runtime launches)
-    external_id   BIGINT,           -- 'External id': links device work to the CPU op
-    stream        BIGINT,           -- GPU stream of device events
-    device        BIGINT,           -- GPU index of device events
-    launch_ts_ns  BIGINT,           -- device events: start of the runtime call that launched them
-    flops         DOUBLE,           -- profiler FLOP estimate of the op (with_flops=True)
-    args          JSON              -- all Kineto args as written (NULL when not kept)
-);
-
--- Collective calls and transfers: comm kernels/spans and their CPU launches.
-CREATE TABLE IF NOT EXISTS collectives (
-    run_id      INTEGER NOT NULL,
-    rank        INTEGER NOT NULL,
-    event_id    BIGINT NOT NULL,  -- events.event_id (kind comm or comm_launch)
-    collective  VARCHAR,          -- 'Collective name' (allreduce, _allgather_base, ...) or from the span name
-    kind        VARCHAR,          -- canonical kind of collective (contract.collectives): all_reduce,
-                                  -- all_gather, reduce_scatter, all_to_all, broadcast, ...; NULL: none
-    family      VARCHAR,          -- what a launch and its transfer share (ingest/classify.py):
-                                  -- reduce (all-reduce and reduce-scatter: gloo runs both as
-                                  -- all_reduce spans), gather, or the kind
-    in_elems    BIGINT,           -- 'In msg nelems'
-    out_elems   BIGINT,           -- 'Out msg nelems'
-    elements    BIGINT,           -- full buffer elements (nccl-tests size): max(in, out), or the
-                                  -- largest tensor of 'Input Dims' (gloo spans, c10d launches)
-    min_elements BIGINT,          -- smallest tensor of 'Input Dims' (an all-gather's shard)
-    dtype       VARCHAR,          -- element type as written (Float, BFloat16, float, ...)
-    bytes       BIGINT,           -- elements x dtype size (NULL when the dtype is unknown)
-    group_size  BIGINT,           -- 'Group size'
-    pg_name     VARCHAR,          -- 'Process Group Name'
-    pg_desc     VARCHAR,          -- 'Process Group Description'
-    pg_ranks    VARCHAR           -- 'Process Group Ranks' as written
 );
 
 -- One row per rank and ProfilerStep: the CPU range and the step's window on the
@@ -125,42 +71,6 @@ CREATE TABLE IF NOT EXISTS steps (
                                        -- step: its own last end); CPU-only traces use the
                                        -- ProfilerStep range (see sql/steps.sql)
     PRIMARY KEY (run_id, rank, step)
-);
-
--- The CPU ranges that say what the collectives launched inside them belong to:
--- every distinct range name of a rank with its role (ingest/classify.py,
--- annotation_role): ddp_bucket, microbatch, fsdp_all_gather, fsdp_reduce,
--- fsdp_backward, fsdp_forward, ddp_forward, launch. Empty at the overlap detail.
-CREATE TABLE IF NOT EXISTS annotation_roles (
-    run_id  INTEGER NOT NULL,
-    rank    INTEGER NOT NULL,
-    name    VARCHAR NOT NULL,  -- events.name of the range
-    role    VARCHAR NOT NULL,
-    arg     VARCHAR            -- bucket or micro-batch index, unit FQN ('' the root), launched kind
-);
-
--- Flow events (ph s/f/t): CPU->GPU launches (ac2g) and forward->backward links (fwdbwd).
-CREATE TABLE IF NOT EXISTS flows (
-    run_id    INTEGER NOT NULL,
-    rank      INTEGER NOT NULL,
-    flow_id   BIGINT,
-    cat       VARCHAR,  -- ac2g, fwdbwd, ...
-    ph        VARCHAR,  -- s (start), t (step), f (finish)
-    ts_ns     BIGINT,
-    track_id  BIGINT
-);
-
--- Allocator events (profile_memory=True): one row per allocation or free.
-CREATE TABLE IF NOT EXISTS memory (
-    run_id                 INTEGER NOT NULL,
-    rank                   INTEGER NOT NULL,
-    ts_ns                  BIGINT,
-    track_id               INTEGER,
-    device_type            BIGINT,  -- 0 CPU, 1 CUDA (c10 DeviceType)
-    device_id              BIGINT,
-    bytes                  BIGINT,  -- + allocation, - free
-    total_allocated_bytes  BIGINT,  -- allocator's allocated bytes after the event
-    total_reserved_bytes   BIGINT   -- allocator's reserved bytes after the event
 );
 
 -- Headline figures of each run, written at ingest, for history and CI gates: the

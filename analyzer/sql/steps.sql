@@ -1,7 +1,8 @@
 -- params: run_id
 -- scope: rank
--- provides: steps (this run's rows; a stored table, filled once at load)
+-- provides: steps
 --
+-- (steps is a stored table: this fills the run's rows, once, at load.)
 -- Fill the steps table for one run (getvariable('run_id')), from its events.
 -- A step's device work is what it launched (events.step). Its window on the
 -- device timeline runs from its first start on the rank's main stream (the

@@ -1,8 +1,10 @@
 """The catalog: one embedded DuckDB file holding many runs, for the dashboard and CI.
 
 By default it lives in the user's data directory; ``$OVERLAPSCOPE_DB`` or
-``--db`` choose another file. Runs are stored whole (every event, every
-argument) in one transaction, so a failed ingest leaves nothing behind.
+``--db`` choose another file. Each run's per-rank tables (every event, every
+argument) are Parquet files in the run store beside it (``runstore.py``); the
+catalog holds the run index and what ingest derived. A run is stored whole or not
+at all.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from overlapscope.analyzer import sql
 
 from overlapscope.analyzer.errors import CatalogBusy, CatalogWriteError, RunNotFound, UsageError
-from overlapscope.analyzer.ingest.load import Decoded, decode as decode_traces, load, store as store_decoded
+from overlapscope.analyzer.store import runstore
 
 # store (and with it duckdb) is imported inside the functions: a command that
 # decodes traces forks its workers before duckdb starts any thread.
@@ -33,6 +36,11 @@ def default_path() -> Path:
         return Path(os.environ["OVERLAPSCOPE_DB"])
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "overlapscope" / "catalog.duckdb"
+
+
+def resolve_path(path: str | os.PathLike | None) -> Path:
+    """The catalog file a command means: ``path``, else the default."""
+    return Path(path) if path else default_path()
 
 
 def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 0.0,
@@ -85,68 +93,127 @@ def _open(path, read_only: bool):
         raise CatalogWriteError(f"{path}: cannot open the catalog: {first}") from None
 
 
-def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None,
-           on_decoded=None, open_con=None, limits=None) -> int:
-    """Store the traces at ``paths`` as run ``name`` with its headline and findings; return its run id.
+@dataclass
+class Prepared:
+    """A run mapped into a staging folder of the run store and analysed, not committed yet:
+    what ``commit`` stores (the slow part, done before and beside the catalog's writer)."""
 
-    One transaction holds the rows, the headline and the findings: a failure
-    leaves nothing behind. Pass ``con=None`` and ``open_con`` (a function
-    returning the catalog's connection) to decode the ranks in parallel first:
-    workers are forked only while no DuckDB connection is open.
-    ``on_decoded(done, total)`` reports each decoded file (from the calling thread).
-    """
-    from overlapscope.analyzer.store import results  # the checklist: imported when a run is stored
+    staging: runstore.Staging
+    results: list  # engine.rank.RankResult per rank: facts and steps (the ranks' tables are on disk)
+    inputs: object  # ingest.inputs.Inputs: the manifest
+    source: str  # the input paths, space separated
+    computed: dict  # results.compute: headline, findings, figures, clock offsets
 
-    name, tags = check_run_name(name), check_tags(tags)
+    def discard(self) -> None:
+        self.staging.discard()
+
+
+def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decoded=None, limits=None,
+            engine: str = "local", ray_address: str | None = None) -> Prepared:
+    """Map the traces at ``paths`` into a staging folder of the catalog's run store (every
+    rank's Parquet files, written by the workers) and analyse them (the reduce and what
+    ingest stores: ``results.compute``, the analyses as documents). Nothing touches the
+    catalog; on any error the staging folder goes. ``on_decoded(done, total)`` reports
+    each rank as it is mapped."""
+    from overlapscope.analyzer import engine as engines
+    from overlapscope.analyzer.engine.reduce import reduce_results
+    from overlapscope.analyzer.ingest.inputs import resolve
+    from overlapscope.analyzer.ingest.limits import from_env
+    from overlapscope.analyzer.store import results as stored
+
+    limits = limits or from_env()
+    inputs = resolve(paths, limits)
+    try:
+        staging = runstore.stage(catalog_path)
+    except OSError as err:  # the disk, not the input: read-only, full, no permission
+        raise _write_error(catalog_path, err) from None
+    try:
+        ranks = engines.map_ranks(inputs, "full", workers, engine, ray_address, out_dir=str(staging.path),
+                                  limits=limits, on_mapped=on_decoded)
+        source = " ".join(paths)
+        con, run_id = reduce_results(ranks, source, source, inputs.manifest, inputs.manifest_text)
+        try:
+            computed = stored.compute(con, run_id)
+        finally:
+            con.close()
+        for name, document in computed.pop("documents").items():
+            runstore.write_document(staging.path, name, document)
+        for r in ranks:  # the steps go to the catalog; the rest of each rank's tables stay on disk
+            r.tables = {"steps": r.tables["steps"]}
+    except OSError as err:  # writing the ranks' files: the disk is full
+        staging.discard()
+        raise _write_error(catalog_path, err) from None
+    except BaseException:
+        staging.discard()
+        raise
+    return Prepared(staging, ranks, inputs, source, computed)
+
+
+def _write_error(catalog_path, err: OSError) -> CatalogWriteError:
+    why = err.strerror or str(err).splitlines()[0]
+    return CatalogWriteError(f"{catalog_path}: cannot store the run, nothing was stored: {why}")
+
+
+def commit(con, prepared: Prepared, name: str, tags: dict | None = None, pushed_by: str | None = None) -> int:
+    """Store a prepared run as ``name`` in one short transaction: its folder moves into the
+    run store, its rows (run, ranks, steps, headline, findings, figures) into the catalog.
+    A failure leaves neither; a crash between the two leaves an unnamed folder that the
+    next writer sweeps. Returns the run id."""
     import duckdb
 
-    from overlapscope.analyzer.store.database import path_of
-
-    opened = []
-
-    def open_and_remember():
-        opened.append(open_con())
-        return opened[0]
-
-    try:
-        loaded = load(paths, con=con, name=name, tags=tags, detail="full", workers=workers, on_decoded=on_decoded,
-                      open_con=open_and_remember if open_con else None, after=results.write, limits=limits)
-    except duckdb.Error as err:  # the disk, not the input: a full or read-only file system
-        where = path_of(con or opened[0]) if (con or opened) else "the catalog"
-        raise CatalogWriteError(f"{where}: cannot store the run, nothing was stored: "
-                                f"{str(err).splitlines()[0]}") from None
-    return loaded.run_id
-
-
-def decode(paths: list[str], on_decoded=None, workers: int | None = None, limits=None) -> Decoded:
-    """Decode and check a run for the catalog without touching it (``store`` stores it);
-    ``limits``: the caps of the input (ingest.limits; uploads pass tighter ones)."""
-    return decode_traces(paths, detail="full", workers=workers, on_decoded=on_decoded, limits=limits)
-
-
-def prepare(decoded: Decoded) -> dict:
-    """The headline, findings and figures of a decoded run, computed on a private in-memory
-    store: the slow part of storing a run, done before (and beside) the catalog's writer."""
-    from overlapscope.analyzer.store import database, results
-
-    computed = {}
-    con = database.connect()
-    try:
-        store_decoded(con, decoded, "prepare", after=lambda c, run_id: computed.update(results.compute(c, run_id)))
-    finally:
-        con.close()
-    return computed
-
-
-def store(con, decoded: Decoded, name: str, tags: dict | None = None, pushed_by: str | None = None,
-          prepared: dict | None = None) -> int:
-    """Store a decoded run as ``name``, with its headline, findings and figures, in one transaction
-    (those of ``prepare`` when given, else computed here)."""
-    from overlapscope.analyzer.store import results
+    from overlapscope.analyzer.store import database, results as stored
 
     name, tags = check_run_name(name), check_tags(tags)
-    after = results.write if prepared is None else (lambda c, run_id: results.save(c, run_id, prepared))
-    return store_decoded(con, decoded, name, tags, after=after, pushed_by=pushed_by)
+    path = database.path_of(con)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        folders = sql.rows(con, "catalog.data_dirs")
+        runstore.sweep(path, {f["data_dir"] for f in folders}, {f["data_dir"] for f in folders if f["pruned"]})
+        run_id = database.next_run_id(con)
+        data_dir = prepared.staging.publish()
+    except BaseException:
+        database.rollback(con)
+        raise
+    try:
+        database.insert_run_rows(con, run_id, prepared.results, name, prepared.source, prepared.inputs.manifest,
+                                 prepared.inputs.manifest_text, tags, pushed_by, data_dir=data_dir,
+                                 clock_offsets_ns=prepared.computed["clock_offsets_ns"])
+        for r in prepared.results:
+            database.insert_arrow(con, "steps", run_id, r.tables["steps"])
+        stored.save(con, run_id, prepared.computed)
+        con.execute("COMMIT")
+    except BaseException as err:
+        database.rollback(con)
+        prepared.staging.unpublish()
+        if isinstance(err, duckdb.Error):  # the disk, not the input: a full or read-only file system
+            raise CatalogWriteError(f"{path}: cannot store the run, nothing was stored: "
+                                    f"{str(err).splitlines()[0]}") from None
+        raise
+    return run_id
+
+
+def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None,
+           on_decoded=None, open_con=None, limits=None, engine: str = "local", ray_address: str | None = None,
+           path=None) -> int:
+    """Store the traces at ``paths`` as run ``name`` with its headline and findings; return its run id.
+
+    The ranks are mapped into the run store first (``prepare``, in parallel, before any
+    catalog connection opens: workers are forked only while none is open), then
+    committed in one short transaction (``commit``): a failure leaves nothing behind.
+    Pass ``con``, or ``con=None`` with ``open_con`` (a function returning the catalog's
+    connection, called once the ranks are mapped) and ``path`` (the catalog's file).
+    ``on_decoded(done, total)`` reports each mapped rank (from the calling thread).
+    """
+    from overlapscope.analyzer.store.database import path_of
+
+    name, tags = check_run_name(name), check_tags(tags)
+    catalog_path = path or (path_of(con) if con is not None else default_path())
+    prepared = prepare(catalog_path, paths, workers, on_decoded, limits, engine, ray_address)
+    try:
+        return commit(con if con is not None else open_con(), prepared, name, tags)
+    except BaseException:
+        prepared.discard()  # not committed (commit took back a folder it had published)
+        raise
 
 
 # history's rows: these headline figures at the top level, as before the headline existed.

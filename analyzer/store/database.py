@@ -17,17 +17,32 @@ RANK_TABLES = ("tracks", "events", "collectives", "flows", "memory", "roles")
 _TABLE_OF = {"roles": "annotation_roles"}
 
 
-def connect(path: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open (or create) a store with its schema and macros; an older catalog is brought up to date."""
+def connect(path: str = ":memory:", read_only: bool = False, threads: int | None = None,
+            memory_limit_bytes: int | None = None, spill_dir: str | None = None) -> duckdb.DuckDBPyConnection:
+    """Open (or create) a store with its schema and macros; an older catalog is brought up to date.
+
+    ``:memory:`` is a one-shot store (an analysis of paths, one rank's worker): it also
+    holds the raw per-rank tables (``raw.sql``). ``threads``, ``memory_limit_bytes`` and
+    ``spill_dir`` bound its DuckDB (a worker per rank: one thread, a budget, spilling
+    beyond it).
+    """
     from overlapscope.analyzer.store import migrate
 
-    con = duckdb.connect(path, read_only=read_only)
+    config = {}
+    if threads:
+        config["threads"] = threads
+    if memory_limit_bytes:
+        config["memory_limit"] = f"{max(memory_limit_bytes // 2**20, 64)}MiB"
+    if spill_dir:
+        config["temp_directory"] = spill_dir
+    con = duckdb.connect(path, read_only=read_only, config=config)
     if read_only:
         migrate.check_readable(con, path)
         con.execute(sql.text("intervals").replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"))
         return con
     if path == ":memory:":  # a one-shot store: nothing to upgrade
         con.execute(sql.text("schema"))
+        con.execute(sql.text("raw"))
         con.execute(sql.text("intervals"))
         return con
     found = migrate.version(con)  # before the schema adds what a newer version has
@@ -64,6 +79,36 @@ def _rank_row(r: RankData) -> dict:
             "dropped_events": json.dumps(r.counts.get("dropped") or {}), "name_rank": m.get("name_rank")}
 
 
+def next_run_id(con) -> int:
+    return sql.one(con, "store.next_run_id")[0]
+
+
+def insert_run_rows(con, run_id: int, ranks, name: str, source: str, manifest: Manifest | None = None,
+                    manifest_text: str | None = None, tags: dict | None = None, pushed_by: str | None = None,
+                    data_dir: str | None = None, clock_offsets_ns: dict | None = None) -> None:
+    """The ``runs`` row of run ``run_id`` and its ``ranks`` rows (``ranks``: anything with
+    ``meta`` and ``counts``, decoded ranks or their results), with each rank's clock offset."""
+    row = {"run_id": run_id, **_run_row(name, source, ranks, manifest, manifest_text, tags, pushed_by)}
+    if data_dir is not None:
+        row["data_dir"] = data_dir
+    _insert_row(con, "runs", row)
+    offsets = clock_offsets_ns or {}
+    for r in ranks:
+        _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(r), "clock_offset_ns": offsets.get(r.meta["rank"], 0)})
+
+
+def insert_arrow(con, table: str, run_id: int, data) -> None:
+    """Rows of an Arrow table into ``table`` with ``run_id``, matched by column name."""
+    if data.num_rows == 0:
+        return
+    con.register("_incoming", data)
+    try:
+        cols = ", ".join(f'"{c}"' for c in data.column_names if c != "run_id")
+        con.execute(f"INSERT INTO {table} (run_id, {cols}) SELECT ?, {cols} FROM _incoming", [run_id])
+    finally:
+        con.unregister("_incoming")
+
+
 def _insert_row(con, table: str, row: dict) -> None:
     cols = ", ".join(f'"{c}"' for c in row)
     con.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
@@ -81,6 +126,17 @@ def _insert_table(con, table: str, run_id: int, rank: int, data) -> None:
         con.unregister("_incoming")
 
 
+def insert_rank(con: duckdb.DuckDBPyConnection, run_id: int, data: RankData, parallelism: str | None = None) -> None:
+    """One rank alone as run ``run_id`` of a one-shot store (a worker of the map over
+    ranks), with its steps: the rows the rank scripts read."""
+    _insert_row(con, "runs", {"run_id": run_id, "name": "rank", "parallelism": parallelism,
+                              "device_kind": data.meta.get("device_kind")})
+    _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(data)})
+    for table in RANK_TABLES:
+        _insert_table(con, _TABLE_OF.get(table, table), run_id, data.meta["rank"], getattr(data, table))
+    sql.ensure(con, "steps", run_id=run_id)
+
+
 def insert_run(con: duckdb.DuckDBPyConnection, ranks: list[RankData], name: str, source: str,
                manifest: Manifest | None = None, tags: dict | None = None, after=None,
                manifest_text: str | None = None, pushed_by: str | None = None) -> int:
@@ -92,11 +148,9 @@ def insert_run(con: duckdb.DuckDBPyConnection, ranks: list[RankData], name: str,
     """
     con.execute("BEGIN TRANSACTION")
     try:
-        run_id = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()[0]
-        _insert_row(con, "runs", {"run_id": run_id, **_run_row(name, source, ranks, manifest, manifest_text, tags,
-                                                                  pushed_by)})
+        run_id = next_run_id(con)
+        insert_run_rows(con, run_id, ranks, name, source, manifest, manifest_text, tags, pushed_by)
         for r in ranks:
-            _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(r)})
             for table in RANK_TABLES:
                 _insert_table(con, _TABLE_OF.get(table, table), run_id, r.meta["rank"], getattr(r, table))
         sql.ensure(con, "steps", run_id=run_id)
@@ -120,5 +174,6 @@ def rollback(con) -> None:
 
 def path_of(con) -> str:
     """The file behind a connection (":memory:" for an in-memory store)."""
-    found = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
-    return (found[0] if found else None) or ":memory:"
+    from overlapscope.analyzer.store import runstore
+
+    return runstore.path_of(con)

@@ -6,28 +6,48 @@ Version 2 stores what classification and the checklist derive once, at load.
 Version 3 adds who pushed a run and when it was pruned (``runs.pushed_by``,
 ``runs.pruned_at``) and the figures per rank, step and bucket or unit that outlive
 a prune (``rank_metrics``, ``step_metrics``, ``group_metrics``).
+Version 4 keeps each run's raw per-rank tables as Parquet files in the run store
+beside the catalog (``runstore.py``), with its ranks' results and its analyses;
+the catalog's own event tables go (``runs.data_dir`` names the run's folder).
 A catalog of a newer version than this code knows is refused in one line.
+Every statement is a named query of ``sql/queries/migrate.sql``.
 """
 
 from __future__ import annotations
 
+import json
+
+from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+RAW_TABLES = ("tracks", "events", "collectives", "flows", "memory", "annotation_roles")  # raw.sql
 
 
 class CatalogOutdated(UsageError):
     """A read-only connection met a catalog of an older schema (open it for writing once to upgrade)."""
 
 
+def _tables(con) -> set[str]:
+    return {r[0] for r in sql.tuples(con, "migrate.tables")}
+
+
+def _columns(con, table: str) -> set[str]:
+    return {r[0] for r in sql.tuples(con, "migrate.columns", table=table)}
+
+
+def _run(con, name: str, **params) -> None:
+    con.execute(sql.query(f"migrate.{name}"), params or None)
+
+
 def version(con) -> int | None:
     """The catalog's schema version; None for a file without tables (a new catalog)."""
-    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
+    tables = _tables(con)
     if "runs" not in tables:
         return None
     if "catalog_info" not in tables:
         return 1
-    found = con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()
+    found = sql.one(con, "migrate.version")
     return int(found[0]) if found else 1
 
 
@@ -43,11 +63,6 @@ def check_readable(con, path) -> None:
                               "writing (overlapscope ingest, or the dashboard) to upgrade it")
 
 
-def _columns(con, table: str) -> set[str]:
-    return {r[0] for r in con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND NOT internal", [table]).fetchall()}
-
-
 def upgrade(con, found: int | None) -> None:
     """Upgrade from version ``found`` (``version()`` before the schema ran) in one
     transaction; a new catalog (None) only gets its version."""
@@ -58,12 +73,15 @@ def upgrade(con, found: int | None) -> None:
         return
     con.execute("BEGIN TRANSACTION")
     try:
+        if found in (1, 2, 3):
+            con.execute(sql.text("raw"))  # the raw tables a version-1 catalog lacked (annotation_roles)
         if found == 1:
             _from_1(con)
         if found in (1, 2):
             _from_2(con)
-            _recompute(con)
-        con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+        if found in (1, 2, 3):
+            _to_run_store(con)
+        _run(con, "set_version", version=str(SCHEMA_VERSION))
         con.execute("COMMIT")
     except BaseException:
         import duckdb
@@ -80,47 +98,101 @@ def _from_1(con) -> None:
     from overlapscope.contract.collectives import collective_kind
 
     if "parallelism" not in _columns(con, "runs"):
-        con.execute("ALTER TABLE runs ADD COLUMN parallelism VARCHAR")
-        con.execute("UPDATE runs SET parallelism = json_extract_string(manifest, '$.parallelism')")
+        _run(con, "add_runs_parallelism")
+        _run(con, "fill_runs_parallelism")
     if "headline" not in _columns(con, "runs"):
-        con.execute("ALTER TABLE runs ADD COLUMN headline JSON")
-    for column, kind in (("dropped_events", "JSON"), ("name_rank", "INTEGER")):
-        if column not in _columns(con, "ranks"):
-            con.execute(f"ALTER TABLE ranks ADD COLUMN {column} {kind}")
+        _run(con, "add_runs_headline")
+    _ranks_columns(con)
     if "kind" not in _columns(con, "collectives"):
-        con.execute("ALTER TABLE collectives ADD COLUMN kind VARCHAR")
-        con.execute("ALTER TABLE collectives ADD COLUMN family VARCHAR")
-        names = [r[0] for r in con.execute("SELECT DISTINCT collective FROM collectives "
-                                           "WHERE collective IS NOT NULL").fetchall()]
-        mapping = [(n, collective_kind(n), classify.collective_family(collective_kind(n))) for n in names]
-        if mapping:
-            con.execute("CREATE TEMP TABLE _kinds (collective VARCHAR, kind VARCHAR, family VARCHAR)")
-            con.executemany("INSERT INTO _kinds VALUES (?, ?, ?)", mapping)
-            con.execute("UPDATE collectives c SET kind = k.kind, family = k.family FROM _kinds k "
-                        "WHERE c.collective = k.collective")
-            con.execute("DROP TABLE _kinds")
-    names = con.execute("SELECT DISTINCT run_id, rank, name FROM events "
-                        "WHERE kind IN ('annotation', 'cpu_op', 'comm_launch')").fetchall()
-    roles = [(run, rank, name, *role) for run, rank, name in names if (role := classify.annotation_role(name))]
-    if roles:
-        con.executemany("INSERT INTO annotation_roles VALUES (?, ?, ?, ?, ?)", roles)
+        _run(con, "add_collectives_kind")
+        _run(con, "add_collectives_family")
+        names = [r[0] for r in sql.tuples(con, "migrate.collective_names")]
+        mapping = [{"collective": n, "kind": collective_kind(n), "family": classify.collective_family(collective_kind(n))}
+                   for n in names]
+        for row in mapping:
+            _run(con, "set_collective_kind", **row)
+    roles = [{"run_id": run, "rank": rank, "name": name, "role": role[0], "arg": role[1]}
+             for run, rank, name in sql.tuples(con, "migrate.range_names") if (role := classify.annotation_role(name))]
+    for row in roles:
+        _run(con, "insert_role", **row)
+
+
+def _ranks_columns(con) -> None:
+    columns = _columns(con, "ranks")
+    if "dropped_events" not in columns:
+        _run(con, "add_ranks_dropped_events")
+    if "name_rank" not in columns:
+        _run(con, "add_ranks_name_rank")
 
 
 def _from_2(con) -> None:
-    for column, kind in (("dropped_events", "JSON"), ("name_rank", "INTEGER")):  # in version 2 of later builds
-        if column not in _columns(con, "ranks"):
-            con.execute(f"ALTER TABLE ranks ADD COLUMN {column} {kind}")
+    _ranks_columns(con)  # in version 2 of later builds
     columns = _columns(con, "runs")
     if "pushed_by" not in columns:
-        con.execute("ALTER TABLE runs ADD COLUMN pushed_by VARCHAR")
+        _run(con, "add_runs_pushed_by")
     if "pruned_at" not in columns:
-        con.execute("ALTER TABLE runs ADD COLUMN pruned_at TIMESTAMP")
+        _run(con, "add_runs_pruned_at")
 
 
-def _recompute(con) -> None:
-    """The headline, findings and figures of every stored run, by today's definitions
-    (no run of an older catalog is pruned: pruning came with version 3)."""
-    from overlapscope.analyzer.store import results
+class _Stored:
+    """A rank's results as the run store writes them (``runstore.write_results``)."""
 
-    for (run_id,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall():
-        results.write(con, run_id)
+    def __init__(self, meta: dict, counts: dict, tables: dict, scripts: tuple):
+        self.meta, self.counts, self.tables, self.scripts = meta, counts, tables, scripts
+        self.rank = meta["rank"]
+
+
+def _to_run_store(con) -> None:
+    """Every run that still has its events in the catalog moves to the run store: its raw
+    rows per rank as Parquet, its rank scripts run here (over its events, as the map runs
+    them on each rank) with their results written per rank, its headline, findings,
+    figures and analyses computed by today's definitions; then the catalog's event tables
+    go. Runs pruned before keep what they kept (their figures and findings)."""
+    from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
+    from overlapscope.analyzer.store import results, runstore
+
+    if "data_dir" not in _columns(con, "runs"):
+        _run(con, "add_runs_data_dir")
+    raw = [t for t in RAW_TABLES if t in _tables(con)]
+    if "events" not in raw:
+        return
+    path = runstore.path_of(con)
+    scripts = RANK_SCRIPTS["full"]
+    for (run_id,) in sql.tuples(con, "migrate.runs_with_events"):
+        staging = runstore.stage(path)
+        try:
+            for script in scripts:
+                if script == "steps":  # a stored table: the run's rows are there
+                    sql.mark_done(con, script, **script_params(script, run_id))
+                else:
+                    sql.ensure(con, script, **script_params(script, run_id))
+            for r in sql.rows(con, "migrate.ranks_of", run_id=run_id):
+                rank = r["rank"]
+                runstore.write_raw(staging.path, rank, {t: _rows(con, t, run_id, rank) for t in raw})
+                tables = {t: _rows(con, t, run_id, rank) for t in ("steps", "annotation_roles")}
+                for script in scripts:
+                    for table in sql.script(script).shipped:
+                        if table != "steps":
+                            tables[table] = con.sql(sql.query("migrate.result_rows"),
+                                                    params={"table": table, "rank": rank}).to_arrow_table()
+                counts = {"events": r.pop("events"), "dropped": json.loads(r.pop("dropped_events") or "{}")}
+                runstore.write_results(staging.path, _Stored(r, counts, tables, scripts))
+            computed = results.compute(con, run_id)
+            for name, document in computed.pop("documents").items():
+                runstore.write_document(staging.path, name, document)
+            results.save(con, run_id, computed)
+            data_dir = staging.publish()  # a failed upgrade leaves it unnamed: the next writer sweeps it
+        except BaseException:
+            staging.discard()
+            raise
+        _run(con, "set_data_dir", run_id=run_id, data_dir=data_dir)
+        for rank, offset in computed["clock_offsets_ns"].items():
+            _run(con, "set_clock_offset", run_id=run_id, rank=rank, offset=offset)
+    for table in raw:
+        _run(con, f"drop_{table}")
+
+
+def _rows(con, table: str, run_id: int, rank: int):
+    """One rank's rows of one of the catalog's tables, without the run id, as Arrow."""
+    return con.sql(sql.query("migrate.rank_rows"), params={"table": table, "run_id": run_id, "rank": rank}
+                   ).to_arrow_table()

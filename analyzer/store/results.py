@@ -32,17 +32,26 @@ _FIGURES = (("rank_metrics", RANK_COLUMNS), ("step_metrics", STEP_COLUMNS), ("gr
 
 
 def compute(con, run_id: int) -> dict:
-    """A run's headline, findings and figures (what ``save`` stores), from its rows in ``con``.
+    """A run's headline, findings and figures (what ``save`` stores), its ranks' clock
+    offsets, and its analyses as documents (``buckets``: the buckets result; ``diagnose``:
+    the checklist's), from a store that holds the run (the reduce's, for ingest).
 
-    A server computes them on a private in-memory store of the run, outside the
-    catalog's single writer, and the writer only saves them.
+    Computed outside the catalog's single writer (a server, ``catalog.prepare``); the
+    writer only saves them.
     """
+    from overlapscope.analyzer.measure import waits
+
     a = buckets.analysis(con, run_id)
-    findings = checklist.diagnose(con, a)["findings"]
+    diagnosed = checklist.diagnose(con, a)
+    findings = diagnosed["findings"]
     groups = [{**g, "id": None if g["id"] is None else str(g["id"])} for g in buckets.summary(a.collectives)]
-    return {"headline": headline(a.overlap, failed(findings)), "findings": findings,
+    head = headline(a.overlap, failed(findings))
+    return {"headline": head, "findings": findings,
             "figures": {"rank_metrics": a.overlap["ranks"], "step_metrics": a.overlap["steps"],
-                        "group_metrics": groups}}
+                        "group_metrics": groups},
+            "clock_offsets_ns": waits.clock_offsets_ns(con, run_id),
+            "documents": {"buckets": {**buckets.report(a), "tokens": a.tokens},
+                          "diagnose": {"headline": head, **diagnosed, "tokens": a.tokens}}}
 
 
 def save(con, run_id: int, computed: dict) -> dict:

@@ -1,12 +1,15 @@
 """What bounds the catalog's growth: prune old runs' raw events, delete runs, give the space back.
 
 A run's raw events (every slice, track, collective, flow, allocation and
-annotation range) are nearly all of its bytes. ``prune`` drops them and keeps
-what history, the CI gate and the dashboard's Overview and Compare read: the
-``runs`` row with its headline, the per-rank, per-step and per-bucket/unit
-figures, the findings and the step windows. ``delete`` removes a run whole.
-Both run in one transaction each. DuckDB reuses freed blocks but never shrinks
-its file, so ``compact`` rewrites it.
+annotation range: the ``raw/`` Parquet files of its folder in the run store) are
+nearly all of its bytes. ``prune`` drops them and keeps what history, the CI gate
+and every page but the Timeline read: the ``runs`` row with its headline, the
+per-rank, per-step and per-bucket/unit figures, the findings, the step windows,
+its ranks' results and its stored analyses (buckets, checklist). ``delete``
+removes a run whole. The catalog's rows change in one transaction each; the files
+go once it committed (a crash in between leaves files that the next prune or
+writer removes). DuckDB reuses freed blocks but never shrinks its file, so
+``compact`` rewrites it.
 """
 
 from __future__ import annotations
@@ -17,10 +20,9 @@ from pathlib import Path
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.store import runstore
 
-# Tables holding a run's raw events: what prune drops.
-RAW_TABLES = ("events", "tracks", "collectives", "flows", "memory", "annotation_roles")
-# Everything else a run owns: what delete drops as well.
+# The catalog's rows of a run besides its ``runs`` row: what delete drops.
 KEPT_TABLES = ("steps", "ranks", "metrics", "findings", "rank_metrics", "step_metrics", "group_metrics")
 
 
@@ -39,36 +41,46 @@ def to_prune(con, keep_last: int | None = None, name: str | None = None, older_t
     return [r[0] for r in sql.tuples(con, "retention.candidates", name=name, keep_last=keep_last, before=before)]
 
 
+def _folders(con, run_ids: list[int]) -> list[Path]:
+    path = runstore.path_of(con)
+    return [folder for run_id in run_ids
+            if (folder := runstore.run_dir(path, (sql.one(con, "catalog.data_dir", run_id=run_id) or [None])[0]))]
+
+
 def prune(con, run_ids: list[int]) -> list[int]:
-    """Drop the raw events of ``run_ids`` in one transaction and mark them pruned; the ids pruned."""
+    """Mark ``run_ids`` pruned in one transaction, then drop their raw files; the ids pruned."""
     if not run_ids:
         return []
+    folders = _folders(con, run_ids)
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in RAW_TABLES:
-            con.execute(sql.query(f"retention.drop_{table}"), {"run_ids": run_ids})
         con.execute(sql.query("retention.mark_pruned"),
                     {"run_ids": run_ids, "now": datetime.now(timezone.utc).replace(tzinfo=None)})
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    for folder in folders:
+        runstore.drop_raw(folder)
     return list(run_ids)
 
 
 def delete(con, run_id: int) -> None:
-    """Remove run ``run_id`` and every row it owns, in one transaction."""
+    """Remove run ``run_id``, every row it owns (one transaction) and its files."""
     if sql.one(con, "catalog.run_by_id", run_id=run_id) is None:
         raise UsageError(f"no run {run_id} in the catalog")
+    folders = _folders(con, [run_id])
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in RAW_TABLES + KEPT_TABLES:
+        for table in KEPT_TABLES:
             con.execute(sql.query(f"retention.drop_{table}"), {"run_ids": [run_id]})
         con.execute(sql.query("retention.drop_runs"), {"run_ids": [run_id]})
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    for folder in folders:
+        runstore.remove(folder)
 
 
 def compact(con, path: str | os.PathLike) -> Path:
@@ -98,7 +110,7 @@ def swap(compacted: Path, path: str | os.PathLike) -> bool:
 
 
 def size_bytes(path: str | os.PathLike) -> int:
-    """The catalog file's size on disk, with its write-ahead log."""
+    """The catalog's size on disk: its file, its write-ahead log and its run store."""
     path = Path(path)
     wal = Path(f"{path}.wal")
-    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0) + runstore.size_bytes(path)

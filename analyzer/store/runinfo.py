@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
@@ -33,6 +34,12 @@ class RunInfo:
     created_at: object = None
     ranks: list[dict] = field(default_factory=list)  # rank, file, device_names, hostname, device_memory_bytes
     pruned_at: object = None  # when prune dropped the raw events (None: complete)
+    run_dir: Path | None = None  # its folder in the catalog's run store (None: a one-shot store)
+
+    @property
+    def stored(self) -> bool:
+        """A run of a catalog: its analyses were made at ingest (``runstore``), never redone here."""
+        return self.run_dir is not None
 
     @property
     def parallelism(self) -> str | None:
@@ -128,10 +135,16 @@ def run_info(con, run_id: int) -> RunInfo:
     found = sql.one(con, "run.run", run_id=run_id)
     if found is None:
         raise UsageError(f"no run {run_id} in the store")
-    run_id, name, source, world, backend, device_kind, manifest_text, _parallelism, tags, created, pruned = found
+    run_id, name, source, world, backend, device_kind, manifest_text, _parallelism, tags, created, pruned, data_dir = found
     try:
         manifest = contract.decode(manifest_text.encode()) if manifest_text else contract.EMPTY
     except contract.ManifestError:  # stored by an older version that did not check it
         manifest = contract.EMPTY
+    run_dir = None
+    if data_dir:
+        from overlapscope.analyzer.store import runstore
+
+        run_dir = runstore.run_dir(runstore.path_of(con), data_dir)
     return RunInfo(run_id, name, source, world, backend, device_kind, manifest, manifest_text is not None,
-                   json.loads(tags) if tags else {}, created, sql.rows(con, "run.ranks", run_id=run_id), pruned)
+                   json.loads(tags) if tags else {}, created, sql.rows(con, "run.ranks", run_id=run_id), pruned,
+                   run_dir)

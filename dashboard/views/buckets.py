@@ -24,7 +24,7 @@ def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
     st.title(f"Buckets & units · {md(run['name'])}")
-    context.require_events(run, "its collectives")
+    context.require_analyses(ctx, "its collectives")
     result = data.buckets(*ctx.key())
     summary = result["summary"]
     if not summary:

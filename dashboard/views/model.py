@@ -89,7 +89,7 @@ def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
     st.title(f"Model · {md(run['name'])}")
-    context.require_events(run, "the model's comparison with the trace")
+    context.require_analyses(ctx, "the model's comparison with the trace")
     result = data.buckets(*ctx.key())
     _ratio_section(result, data.analysis(*ctx.key()), run["run_id"])
     _reconciled(result)

@@ -87,3 +87,10 @@ SELECT pruned_at FROM runs WHERE run_id = $run_id;
 -- The run of the same name stored just before $run_id (the gate's default baseline).
 SELECT max(p.run_id) FROM runs p JOIN runs r ON p.name = r.name AND p.run_id < r.run_id
 WHERE r.run_id = $run_id;
+
+-- name: data_dirs
+-- The run store folders that committed runs name (store/runstore.py sweeps the rest).
+SELECT data_dir, pruned_at IS NOT NULL AS pruned FROM runs WHERE data_dir IS NOT NULL;
+
+-- name: data_dir
+SELECT data_dir FROM runs WHERE run_id = $run_id;

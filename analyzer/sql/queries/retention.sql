@@ -1,5 +1,5 @@
--- What bounds the catalog's growth (store/retention.py): prune drops a run's raw events,
--- delete the whole run. $run_ids is a list of run ids.
+-- What bounds the catalog's growth (store/retention.py): prune marks runs whose raw files
+-- go, delete removes a run's rows. $run_ids is a list of run ids.
 
 -- name: candidates
 -- Complete runs of $name (NULL: all) beyond the newest $keep_last of their name (NULL: any)
@@ -16,24 +16,6 @@ ORDER BY run_id;
 
 -- name: mark_pruned
 UPDATE runs SET pruned_at = $now WHERE list_contains($run_ids, run_id);
-
--- name: drop_events
-DELETE FROM events WHERE list_contains($run_ids, run_id);
-
--- name: drop_tracks
-DELETE FROM tracks WHERE list_contains($run_ids, run_id);
-
--- name: drop_collectives
-DELETE FROM collectives WHERE list_contains($run_ids, run_id);
-
--- name: drop_flows
-DELETE FROM flows WHERE list_contains($run_ids, run_id);
-
--- name: drop_memory
-DELETE FROM memory WHERE list_contains($run_ids, run_id);
-
--- name: drop_annotation_roles
-DELETE FROM annotation_roles WHERE list_contains($run_ids, run_id);
 
 -- name: drop_steps
 DELETE FROM steps WHERE list_contains($run_ids, run_id);

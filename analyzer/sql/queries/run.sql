@@ -2,7 +2,8 @@
 
 -- name: run
 -- The run's row: $run_id.
-SELECT run_id, name, source, world_size, backend, device_kind, manifest, parallelism, tags, created_at, pruned_at
+SELECT run_id, name, source, world_size, backend, device_kind, manifest, parallelism, tags, created_at, pruned_at,
+       data_dir
 FROM runs WHERE run_id = $run_id;
 
 -- name: ranks

@@ -1,0 +1,98 @@
+"""The analysis as a map over ranks and a small reduce across them.
+
+- map (``rank.py``): each rank's trace is decoded and reduced to its per-rank tables
+  by one worker, in memory bounded by the worker's budget; only those tables leave
+  it. Workers are local processes (``local.py``, the default) or Ray tasks
+  (``ray_engine.py``, ``--engine ray``: beyond one machine).
+- reduce (``reduce.py``): the ranks' tables in one small store, where what compares
+  ranks runs (clocks, waits, the straggler) and every analysis after it.
+
+Peak memory therefore follows the number of workers, not the number of ranks.
+``map_run`` is the whole route from paths to a reduced store.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+from overlapscope.analyzer.engine import local
+from overlapscope.analyzer.engine.rank import RankResult, RankTask, map_rank
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.ingest.inputs import Inputs, resolve
+from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
+
+ENGINES = ("local", "ray")
+ENV_WORKER_MEMORY_MB = "OVERLAPSCOPE_WORKER_MEMORY_MB"
+DEFAULT_WORKER_MEMORY_MB = 512  # a rank store's DuckDB budget; it spills beyond
+
+
+def worker_memory_bytes() -> int:
+    raw = os.environ.get(ENV_WORKER_MEMORY_MB)
+    try:
+        mb = float(raw) if raw else DEFAULT_WORKER_MEMORY_MB
+    except ValueError:
+        raise UsageError(f"${ENV_WORKER_MEMORY_MB} must be a number of MB, got {raw!r}") from None
+    if mb < 64:
+        raise UsageError(f"${ENV_WORKER_MEMORY_MB} must be at least 64 MB, got {raw}")
+    return int(mb * 2**20)
+
+
+@dataclass
+class Mapped:
+    """A run mapped and reduced: the reduce's store, the run's id there, what came in."""
+
+    con: object  # duckdb.DuckDBPyConnection (in memory)
+    run_id: int
+    inputs: Inputs
+    results: list[RankResult]
+
+
+def tasks_for(inputs: Inputs, detail: str, limits: Limits, workers: int, out_dir: str | None = None,
+              spill_dir: str | None = None) -> list[RankTask]:
+    """One task per rank file; each worker's DuckDB gets its share of the cores."""
+    threads = max(1, local.cpus() // max(1, min(workers, len(inputs.sources))))
+    parallelism = inputs.manifest.parallelism if inputs.manifest is not None else None
+    budget = worker_memory_bytes()
+    return [RankTask(s, detail, limits, parallelism=parallelism, out_dir=out_dir, memory_limit_bytes=budget,
+                     spill_dir=spill_dir, threads=threads) for s in inputs.sources]
+
+
+def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: str = "local",
+              ray_address: str | None = None, out_dir: str | None = None, limits: Limits | None = None,
+              on_mapped=None) -> list[RankResult]:
+    """Every rank of ``inputs`` through ``map_rank``; checked to make one run; in rank order.
+
+    ``out_dir``: a run store's staging folder for the ranks' Parquet files (ingest);
+    ``on_mapped(done, total)`` reports each rank as it finishes.
+    """
+    from overlapscope.analyzer.ingest.consistency import check_ranks
+
+    if engine not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    limits = limits or limits_from_env()
+    n = local.workers_for(len(inputs.sources), workers)
+    with tempfile.TemporaryDirectory(prefix="overlapscope-spill-") as spill:
+        tasks = tasks_for(inputs, detail, limits, n if engine == "local" else len(inputs.sources), out_dir,
+                          spill_dir=os.path.join(out_dir, ".spill") if out_dir else spill)
+        if engine == "ray":
+            from overlapscope.analyzer.engine import ray_engine
+
+            results = ray_engine.run(tasks, address=ray_address, on_done=on_mapped)
+        else:
+            results = local.run(map_rank, tasks, workers=n, on_done=on_mapped)
+    check_ranks(results, inputs.manifest, inputs.manifest_source)
+    return sorted(results, key=lambda r: r.rank)
+
+
+def map_run(paths: list[str], detail: str, workers: int | None = None, engine: str = "local",
+            ray_address: str | None = None, limits: Limits | None = None, on_mapped=None) -> Mapped:
+    """Paths in, a reduced store out (what ``analyze``, ``buckets`` and ``diagnose`` read)."""
+    from overlapscope.analyzer.engine.reduce import reduce_results
+
+    limits = limits or limits_from_env()
+    inputs = resolve(paths, limits)
+    results = map_ranks(inputs, detail, workers, engine, ray_address, limits=limits, on_mapped=on_mapped)
+    con, run_id = reduce_results(results, " ".join(paths), " ".join(paths), inputs.manifest, inputs.manifest_text)
+    return Mapped(con, run_id, inputs, results)

@@ -1,0 +1,85 @@
+"""The local engine: the map over ranks in worker processes of this machine.
+
+One process per rank at a time (msgspec and the scanner hold the GIL, so threads
+would not help), forked from this one. Each worker dies with its parent (a killed
+load leaves no worker behind), and the first failure stops the map with its error.
+Where forking is unsafe (DuckDB or other threads already run here: the dashboard,
+a test runner that imported DuckDB) the ranks run one after the other in this
+process: each is still bounded by its own budget, only slower.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+
+def cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def workers_for(n_items: int, workers: int | None) -> int:
+    return max(1, min(n_items, workers or cpus()))
+
+
+def fork_is_safe() -> bool:
+    """Whether worker processes may be forked from this one.
+
+    Forking a process that runs other threads can deadlock the child (a lock
+    held by a thread that does not exist there). DuckDB starts native threads
+    when a connection opens, and the dashboard serves from threads; a fork
+    server or spawn would re-import the caller's main module, which Streamlit
+    and test runners do not allow. So: fork before DuckDB starts, else work in
+    this process (the CLI opens its stores after the map).
+    """
+    return sys.platform.startswith("linux") and "duckdb" not in sys.modules and threading.active_count() == 1
+
+
+def die_with_parent() -> None:
+    """Worker initializer: the kernel kills this worker when the parent dies (Linux),
+    so a kill -9 of a load leaves no worker blocked on its pipe."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+    except (OSError, AttributeError):  # not Linux: workers end when their pipe closes
+        pass
+
+
+def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting=None) -> list:
+    """``[fn(item) for item in items]`` over worker processes (in order); the first error stops it.
+
+    ``on_done(done, total)`` is called as each item finishes (a progress bar);
+    ``while_waiting`` runs in this process while the workers work.
+    """
+    total = len(items)
+    report = on_done or (lambda done, total: None)
+    n = workers_for(total, workers) if fork_is_safe() else 1
+    if n == 1:
+        out = []
+        for item in items:
+            out.append(fn(item))
+            report(len(out), total)
+        if while_waiting:
+            while_waiting()
+        return out
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
+                             initializer=die_with_parent) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        if while_waiting:
+            while_waiting()
+        for done, f in enumerate(as_completed(futures), start=1):
+            if f.exception() is not None:
+                for p in futures:
+                    p.cancel()
+                raise f.exception()
+            report(done, total)
+        return [f.result() for f in futures]

@@ -1,0 +1,114 @@
+"""The map over ranks: one rank's trace in, its per-rank tables out.
+
+``map_rank`` runs in a worker (a local process, a Ray task, or the tracer's own
+rank at the end of profiling). It decodes the rank's file, loads it into a
+private in-memory DuckDB store of that rank alone (bounded by ``memory_limit``:
+DuckDB spills beyond it to ``spill_dir``), runs the rank scripts (``sql``
+headers ``-- scope: rank``: steps, overlap, instances and, beyond the overlap
+detail, collectives, checklist and rank_facts) and returns what they ship: a few
+rows per step and per collective, never the events. With ``out_dir`` it also
+writes the rank's raw tables and its results as Parquet files there (a run
+store's staging folder, ``store/runstore.py``): the workers write in parallel.
+
+What a rank's results depend on is the rank's file and the run's parallelism
+from the manifest (``collectives.sql`` reads it): nothing of the other ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from overlapscope.analyzer.ingest.decode import RankData, decode_source
+from overlapscope.analyzer.ingest.inputs import TraceSource
+from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
+from overlapscope.analyzer.ingest.limits import Limits
+
+RUN_ID = 1  # the run's id inside a rank's private store (the reduce gives the real one)
+# Stored per-rank tables of a rank's load, beside the rank scripts' results.
+RAW_TABLES = ("tracks", "events", "collectives", "flows", "memory", "annotation_roles")
+_DATA_FIELD = {"annotation_roles": "roles"}  # RankData's field of each raw table
+
+
+@dataclass(frozen=True)
+class RankTask:
+    """One rank's work: its file, how much to keep of it, and where its files go."""
+
+    source: TraceSource
+    detail: str  # decode.DETAILS
+    limits: Limits
+    parallelism: str | None = None  # the run's, from the manifest
+    out_dir: str | None = None  # write the rank's Parquet files under this folder (a run store's staging)
+    memory_limit_bytes: int | None = None  # the rank store's DuckDB budget (None: DuckDB's default)
+    spill_dir: str | None = None  # where DuckDB spills beyond the budget
+    threads: int = 1  # DuckDB threads (a process per rank: 1)
+
+
+@dataclass
+class RankResult:
+    """What one rank hands to the reduce: its facts and its rank scripts' tables."""
+
+    meta: dict  # decode.RankData.meta: rank, file, world size, backend, device facts
+    counts: dict  # events read, dropped by reason
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # steps, annotation_roles, shipped tables
+    scripts: tuple[str, ...] = ()  # the rank scripts that ran
+
+    @property
+    def rank(self) -> int:
+        return self.meta["rank"]
+
+
+def map_rank(task: RankTask) -> RankResult:
+    """Decode ``task.source`` and reduce it to its per-rank tables (see the module)."""
+    data = decode_source(task.source, task.detail, use_scanner=True, limits=task.limits)
+    return reduce_rank(data, task)
+
+
+def reduce_rank(data: RankData, task: RankTask) -> RankResult:
+    """The rank scripts on one decoded rank (``map_rank`` after the decode)."""
+    from overlapscope.analyzer import sql
+    from overlapscope.analyzer.store import database, runstore
+
+    rank = data.meta["rank"]
+    if task.out_dir:
+        runstore.write_raw(task.out_dir, rank, {t: getattr(data, _DATA_FIELD.get(t, t)) for t in RAW_TABLES})
+        data.events = data.events.drop_columns([c for c in ("args",) if c in data.events.column_names])
+    con = database.connect(threads=task.threads, memory_limit_bytes=task.memory_limit_bytes,
+                           spill_dir=task.spill_dir)
+    try:
+        database.insert_rank(con, RUN_ID, data, parallelism=task.parallelism)
+        del data.events  # in the store now: the rank's largest table, not held twice
+        scripts = RANK_SCRIPTS[task.detail]
+        tables: dict[str, pa.Table] = {
+            "steps": con.sql("SELECT * EXCLUDE (run_id) FROM steps ORDER BY step").to_arrow_table(),
+            "annotation_roles": runstore.with_rank(data.roles, rank),
+        }
+        for name in scripts:
+            sql.ensure(con, name, **script_params(name, RUN_ID))
+            for table in sql.script(name).shipped:
+                if table != "steps":
+                    tables[table] = con.sql(f"SELECT * FROM {table}").to_arrow_table()
+    finally:
+        con.close()
+    result = RankResult(data.meta, data.counts, tables, scripts)
+    if task.out_dir:
+        runstore.write_results(task.out_dir, result)
+    return result
+
+
+def stored_results(run_dir) -> list[RankResult]:
+    """The results a run store kept of every rank of a run (``runstore.write_results``)."""
+    from overlapscope.analyzer.store import runstore
+
+    out = []
+    for facts, tables in runstore.read_results(run_dir):
+        meta = {**facts["meta"], "device_names": list(facts["meta"].get("device_names") or [])}
+        out.append(RankResult(meta, facts["counts"], tables, tuple(facts["scripts"])))
+    return out
+
+
+def spill_dir_for(out_dir: str | None) -> str | None:
+    """A folder for DuckDB to spill to: inside the staging folder when there is one."""
+    return os.path.join(out_dir, ".spill") if out_dir else None

@@ -1,0 +1,49 @@
+"""The reduce: every rank's tables in one small in-memory store, where the comparisons
+across ranks run.
+
+``reduce_results`` inserts the run's row, its ranks and steps, and provides each rank
+script's tables (all ranks' rows together) as if the script had run here
+(``sql.provide``). The run scripts (clocks, waits, the timeline) and every analysis
+after them (analyze, buckets, diagnose: ``analyzer/api.py``) then read this store
+as they read a store of every event: the same tables, a few rows per step and per
+collective instead of every event.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from overlapscope.analyzer import sql
+from overlapscope.analyzer.engine.rank import RankResult
+from overlapscope.analyzer.engine.scripts import script_params
+from overlapscope.contract.manifest import Manifest
+
+RUN_ID = 1  # the run's id in a reduce's store
+
+
+def concat(tables: list[pa.Table]) -> pa.Table:
+    """One rank's tables after another (their types may differ only where a rank has no rows)."""
+    tables = [t for t in tables if t is not None]
+    non_empty = [t for t in tables if t.num_rows] or tables[:1]
+    return pa.concat_tables(non_empty, promote_options="permissive")
+
+
+def reduce_results(results: list[RankResult], name: str, source: str, manifest: Manifest | None = None,
+                   manifest_text: str | None = None, tags: dict | None = None, threads: int | None = None):
+    """An in-memory store holding the ranks' results as run ``RUN_ID``; (connection, run id)."""
+    from overlapscope.analyzer.store import database
+
+    con = database.connect(threads=threads)
+    run_id = RUN_ID
+    database.insert_run_rows(con, run_id, results, name, source, manifest, manifest_text, tags)
+    for table in ("steps", "annotation_roles"):
+        database.insert_arrow(con, table, run_id, concat([r.tables.get(table) for r in results]))
+    scripts = results[0].scripts if results else ()
+    for script in scripts:
+        params = script_params(script, run_id)
+        if script == "steps":  # a stored table, inserted above
+            sql.mark_done(con, script, **params)
+            continue
+        tables = {t: concat([r.tables[t] for r in results]) for t in sql.script(script).shipped}
+        sql.provide(con, script, tables, **params)
+    return con, run_id

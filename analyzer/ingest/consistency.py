@@ -1,0 +1,60 @@
+"""The files given as one run make one run: one file per rank, the same job.
+
+Checked on each rank's facts (``meta``), whether the ranks were decoded into one
+store (``load``) or mapped by workers (``engine``): files that disagree on world
+size, device kind, backend or parallelism, or a manifest of another job, are
+refused naming both files.
+"""
+
+from __future__ import annotations
+
+from overlapscope.analyzer.errors import InputError
+from overlapscope.contract.manifest import Manifest
+
+
+def _differ(ranks: list, key: str, what: str) -> None:
+    """Refuse files that disagree on ``key`` as different runs, naming two of them."""
+    seen = [r.meta for r in ranks if r.meta.get(key) is not None]
+    if not seen:
+        return
+    first = seen[0]
+    other = next((m for m in seen if m[key] != first[key]), None)
+    if other is not None:
+        raise InputError(other["file"], f"a different run: {what} {other[key]} here, {first[key]} in {first['file']}")
+
+
+def check_ranks(ranks: list, manifest: Manifest | None = None, manifest_source: str | None = None) -> None:
+    """The files make one run: one file per rank, the same world size, backend,
+    device kind and parallelism, and ranks inside the world size; a manifest that
+    came with them describes the same job."""
+    seen: dict[int, str] = {}
+    for r in ranks:
+        rank, file = r.meta["rank"], r.meta["file"]
+        if rank in seen:
+            raise InputError(file, f"rank {rank} is also claimed by {seen[rank]}")
+        seen[rank] = file
+    _differ(ranks, "world_size", "world size")
+    _differ(ranks, "device_kind", "device kind (cpu or gpu)")
+    _differ(ranks, "backend", "backend")
+    _differ(ranks, "parallelism_seen", "parallelism")
+    for r in ranks:
+        ws = r.meta["world_size"]
+        if ws and not 0 <= r.meta["rank"] < ws:
+            raise InputError(r.meta["file"], f"rank {r.meta['rank']} is outside the world size {ws}")
+    if manifest is None:
+        return
+    first = ranks[0].meta
+    where = manifest_source or "manifest.json"
+    if manifest.world_size and first["world_size"] and manifest.world_size != first["world_size"]:
+        raise InputError(where, f"a different run: the manifest says world size {manifest.world_size}, "
+                                f"{first['file']} says {first['world_size']}")
+    if manifest.backend and first["backend"] and manifest.backend != first["backend"]:
+        raise InputError(where, f"a different run: the manifest says backend {manifest.backend}, "
+                                f"{first['file']} says {first['backend']}")
+    seen_par = next((r.meta for r in ranks if r.meta.get("parallelism_seen")), None)
+    if manifest.parallelism and seen_par and \
+            (manifest.parallelism == "ddp") != (seen_par["parallelism_seen"] == "ddp"):
+        raise InputError(where, f"a different run: the manifest says {manifest.parallelism}, "
+                                f"{seen_par['file']} shows {seen_par['parallelism_seen']}")
+
+

@@ -1,0 +1,249 @@
+"""The run store: each stored run's per-rank tables as Parquet files beside the catalog.
+
+::
+
+    <name>.duckdb                     the catalog: the run index, per-rank, per-step and
+                                      per-bucket figures, findings (schema.sql)
+    <name>.runs/                      the run store (``store_dir``)
+        run-<token>/                  one stored run (``runs.data_dir``)
+            raw/<table>/rank-<r>.parquet    the rank's raw rows (raw.sql: events, tracks,
+                                            collectives, flows, memory, annotation_roles)
+            rank/<table>/rank-<r>.parquet   its rank scripts' results (steps, overlap_step,
+                                            collective_stats, comm_instance, ...)
+            <analysis>.json.zst             the reduce's analyses (buckets, diagnose)
+        .staging-<token>/             a run being written, locked by its writer
+
+Workers write a rank's files into a staging folder in parallel (zstd Parquet, a
+``rank`` column in every file); the writer then renames the folder into place and
+commits the run's catalog rows in one short transaction. A crash leaves at most a
+folder that no committed run names: ``sweep`` removes those (and staging folders
+whose writer is gone) when the catalog is next opened for writing. ``prune``
+deletes ``raw/``; ``delete`` the whole folder. Queries read the files in place
+(``read_parquet``), only the ranks they show.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import msgspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+RAW = "raw"
+RANK = "rank"
+STAGING_PREFIX = ".staging-"
+RUN_PREFIX = "run-"
+_LOCK = ".lock"
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3}
+
+
+def path_of(con) -> str:
+    """The catalog file behind a connection (":memory:" for an in-memory store)."""
+    from overlapscope.analyzer import sql
+
+    found = sql.one(con, "store.database_path")
+    return (found[0] if found else None) or ":memory:"
+
+
+def store_dir(catalog_path: str | os.PathLike) -> Path:
+    """The run store of the catalog at ``catalog_path``: ``<name>.runs`` beside it."""
+    path = Path(catalog_path)
+    return path.with_name(path.stem + ".runs")
+
+
+def rank_file(folder: str | os.PathLike, kind: str, table: str, rank: int) -> Path:
+    return Path(folder) / kind / table / f"rank-{rank:05d}.parquet"
+
+
+def with_rank(table: pa.Table, rank: int) -> pa.Table:
+    """``table`` with a ``rank`` column (every stored file carries its rank)."""
+    if "rank" in table.column_names:
+        return table
+    return table.append_column("rank", pa.array([rank] * table.num_rows, type=pa.int32()))
+
+
+def _write(path: Path, table: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, **PARQUET_OPTIONS)
+
+
+def write_raw(folder: str | os.PathLike, rank: int, tables: dict[str, pa.Table]) -> None:
+    """One rank's raw tables into ``folder`` (a staging folder), one file per table."""
+    for name, table in tables.items():
+        _write(rank_file(folder, RAW, name, rank), with_rank(table, rank))
+
+
+def write_results(folder: str | os.PathLike, result) -> None:
+    """One rank's results (``engine.rank.RankResult``): its rank scripts' tables and its facts."""
+    for name, table in result.tables.items():
+        _write(rank_file(folder, RANK, name, result.rank), with_rank(table, result.rank))
+    facts = rank_file(folder, RANK, "facts", result.rank).with_suffix(".json")
+    facts.parent.mkdir(parents=True, exist_ok=True)
+    facts.write_bytes(msgspec.json.encode({"meta": result.meta, "counts": result.counts,
+                                           "scripts": list(result.scripts)}))
+
+
+def read_results(run_dir: str | os.PathLike) -> list[tuple[dict, dict[str, pa.Table]]]:
+    """The stored results of every rank of a run: (facts, tables) per rank, in rank order
+    (facts: meta, counts and scripts, as ``write_results`` wrote them)."""
+    facts_dir = Path(run_dir) / RANK / "facts"
+    out = []
+    for path in sorted(facts_dir.glob("rank-*.json")):
+        facts = msgspec.json.decode(path.read_bytes())
+        rank = facts["meta"]["rank"]
+        tables = {}
+        for table_dir in sorted((Path(run_dir) / RANK).iterdir()):
+            file = table_dir / f"rank-{rank:05d}.parquet"
+            if table_dir.name != "facts" and file.is_file():
+                tables[table_dir.name] = pq.read_table(file)
+        out.append((facts, tables))
+    return out
+
+
+def write_document(folder: str | os.PathLike, name: str, document) -> None:
+    """An analysis of the run (a JSON-ready object) as ``<name>.json.zst``."""
+    data = msgspec.json.encode(document)
+    with pa.CompressedOutputStream(str(Path(folder) / f"{name}.json.zst"), "zstd") as out:
+        out.write(data)
+
+
+def read_document_bytes(run_dir: str | os.PathLike, name: str) -> bytes | None:
+    """The stored analysis ``name`` as JSON bytes, or None when the run has none."""
+    path = Path(run_dir) / f"{name}.json.zst"
+    if not path.is_file():
+        return None
+    with pa.CompressedInputStream(str(path), "zstd") as f:
+        return f.read()
+
+
+def read_document(run_dir: str | os.PathLike, name: str):
+    data = read_document_bytes(run_dir, name)
+    return None if data is None else msgspec.json.decode(data)
+
+
+def raw_files(run_dir: str | os.PathLike, table: str, ranks=None) -> list[str]:
+    """The Parquet files of a raw table (of ``ranks``, or all), as paths for read_parquet."""
+    folder = Path(run_dir) / RAW / table
+    if ranks is None:
+        return sorted(str(p) for p in folder.glob("rank-*.parquet"))
+    return [str(p) for r in sorted(ranks) if (p := rank_file(run_dir, RAW, table, r)).is_file()]
+
+
+def has_raw(run_dir: str | os.PathLike) -> bool:
+    return (Path(run_dir) / RAW).is_dir()
+
+
+# --- staging, publishing and sweeping ------------------------------------------------------
+
+class Staging:
+    """A folder for one run's files while they are written, locked while its writer lives.
+
+    ``publish`` renames it into the store as ``run-<token>`` and returns that name
+    (``runs.data_dir``); ``discard`` removes it. The lock (flock, released by the
+    kernel when the process dies) tells ``sweep`` which staging folders are in use.
+    """
+
+    def __init__(self, store: Path):
+        self.store = store
+        self.token = uuid.uuid4().hex[:16]
+        self.path = store / f"{STAGING_PREFIX}{self.token}"
+        self.path.mkdir(parents=True)
+        self._lock = open(self.path / _LOCK, "w")
+        fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    @property
+    def name(self) -> str:
+        return f"{RUN_PREFIX}{self.token}"
+
+    def publish(self) -> str:
+        """Move the folder into place (atomic on one file system); the run's folder name."""
+        shutil.rmtree(self.path / ".spill", ignore_errors=True)
+        target = self.store / self.name
+        os.replace(self.path, target)
+        self._unlock()
+        (target / _LOCK).unlink(missing_ok=True)
+        return self.name
+
+    def unpublish(self) -> None:
+        """Undo ``publish`` (the catalog's commit failed): the files go."""
+        shutil.rmtree(self.store / self.name, ignore_errors=True)
+
+    def discard(self) -> None:
+        self._unlock()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.path.exists():
+            self.discard()
+
+
+def stage(catalog_path: str | os.PathLike) -> Staging:
+    return Staging(store_dir(catalog_path))
+
+
+def _locked(folder: Path) -> bool:
+    """Whether a live writer holds the staging folder's lock."""
+    try:
+        with open(folder / _LOCK, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def sweep(catalog_path: str | os.PathLike, referenced: set[str], pruned: set[str] = frozenset()) -> list[str]:
+    """Remove the store's folders that no committed run names (a crash between the rename
+    and the commit), staging folders whose writer is gone, and the raw files of pruned
+    runs (a crash after the prune committed); the names removed. Run by the catalog's
+    writer (which alone publishes), so no published folder is in flight."""
+    store = store_dir(catalog_path)
+    if not store.is_dir():
+        return []
+    removed = []
+    for name in pruned:
+        if has_raw(store / name):
+            drop_raw(store / name)
+            removed.append(f"{name}/{RAW}")
+    for folder in store.iterdir():
+        if not folder.is_dir():
+            continue
+        orphan = folder.name.startswith(RUN_PREFIX) and folder.name not in referenced
+        dead_staging = folder.name.startswith(STAGING_PREFIX) and not _locked(folder)
+        if orphan or dead_staging:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    return removed
+
+
+def run_dir(catalog_path: str | os.PathLike, data_dir: str | None) -> Path | None:
+    return store_dir(catalog_path) / data_dir if data_dir else None
+
+
+def drop_raw(folder: Path) -> None:
+    """Prune: the raw per-rank files go; results and analyses stay."""
+    shutil.rmtree(folder / RAW, ignore_errors=True)
+
+
+def remove(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def size_bytes(catalog_path: str | os.PathLike) -> int:
+    store = store_dir(catalog_path)
+    return sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) if store.is_dir() else 0
