@@ -26,7 +26,8 @@ WITH gaps AS (
     SELECT grp, ts_ns, end_ns FROM interval_gaps('_ck_work', '_ck_bounds')
 ), next_work AS (
     SELECT g.grp, g.ts_ns, g.end_ns,
-           arg_min(w.step, w.end_ns) AS step, arg_min(w.launch_ts_ns, w.end_ns) AS launch_ts_ns
+           arg_min(w.step, struct_pack(e := w.end_ns, s := w.step)) AS step,
+           arg_min(w.launch_ts_ns, struct_pack(e := w.end_ns, s := w.step)) AS launch_ts_ns
     FROM gaps g JOIN _ck_work w ON w.grp = g.grp AND w.ts_ns = g.end_ns
     GROUP BY ALL
 )

@@ -44,16 +44,19 @@ WITH s AS (
     SELECT a.unit, a.via, a.cls, a.n, a.k, b.d - a.d AS width
     FROM s a JOIN s b ON b.unit = a.unit AND b.via = a.via AND b.cls = a.cls AND b.k = a.k + a.n // 2
 ), best AS (
-    SELECT unit, via, cls, any_value(n) AS n, arg_min(k, width) AS k0, min(width) AS spread_ns
+    SELECT unit, via, cls, any_value(n) AS n, arg_min(k, struct_pack(w := width, k := k)) AS k0,
+           min(width) AS spread_ns
     FROM w GROUP BY unit, via, cls
 )
 SELECT b.unit, b.via, b.cls, b.n, b.spread_ns, median(s.d) AS diff_ns
 FROM best b JOIN s ON s.unit = b.unit AND s.via = b.via AND s.cls = b.cls AND s.k BETWEEN b.k0 AND b.k0 + b.n // 2
 GROUP BY b.unit, b.via, b.cls, b.n, b.spread_ns;
 
--- _cl_best: of a pair's classes, the tightest with 3 instances or more (else the tightest).
-CREATE OR REPLACE TEMP MACRO _cl_best(value, spread_ns, n) AS
-    coalesce(arg_min(value, spread_ns) FILTER (WHERE n >= 3), arg_min(value, spread_ns));
+-- _cl_best: of a pair's classes, the tightest with 3 instances or more (else the tightest);
+-- classes as tight as each other: the one of the smallest class hash (a fixed choice).
+CREATE OR REPLACE TEMP MACRO _cl_best(value, spread_ns, n, cls) AS
+    coalesce(arg_min(value, struct_pack(s := spread_ns, c := cls)) FILTER (WHERE n >= 3),
+             arg_min(value, struct_pack(s := spread_ns, c := cls)));
 
 -- _cl_clock: each rank's clock: its host's (the ranks of one host read one system
 -- clock), or its own where the trace names no host. Offsets are estimated per clock,
@@ -93,7 +96,7 @@ JOIN _cl_inst f ON f.ikey = r.ikey AND f.clock = (SELECT clock FROM _cl_ref)
 JOIN _cl_pairs p ON p.a = r.rank AND p.b = f.rank
 WHERE r.clock <> (SELECT clock FROM _cl_ref);
 CREATE OR REPLACE TEMP TABLE _cl_direct AS
-SELECT unit AS clock, _cl_best(diff_ns, spread_ns, n) AS diff_ns, _cl_best(n, spread_ns, n) AS matched
+SELECT unit AS clock, _cl_best(diff_ns, spread_ns, n, cls) AS diff_ns, _cl_best(n, spread_ns, n, cls) AS matched
 FROM _cl_shorth('_cl_direct_src') GROUP BY unit;
 
 -- _cl_hop: the other clocks, through the placed clock they share the most instances with.
@@ -105,11 +108,11 @@ JOIN _cl_pairs q ON q.a = r.rank AND q.b = x.rank
 WHERE r.clock NOT IN (SELECT clock FROM _cl_direct) AND r.clock <> (SELECT clock FROM _cl_ref);
 CREATE OR REPLACE TEMP TABLE _cl_hop AS
 WITH pairs AS (
-    SELECT unit, via, _cl_best(diff_ns, spread_ns, n) AS diff_ns, _cl_best(n, spread_ns, n) AS matched
+    SELECT unit, via, _cl_best(diff_ns, spread_ns, n, cls) AS diff_ns, _cl_best(n, spread_ns, n, cls) AS matched
     FROM _cl_shorth('_cl_hop_src') GROUP BY unit, via
 )
-SELECT p.unit AS clock, arg_max(p.diff_ns + d.diff_ns, p.matched) AS diff_ns, max(p.matched) AS matched,
-       arg_max(p.via, p.matched) AS via
+SELECT p.unit AS clock, arg_max(p.diff_ns + d.diff_ns, struct_pack(m := p.matched, v := p.via)) AS diff_ns,
+       max(p.matched) AS matched, arg_max(p.via, struct_pack(m := p.matched, v := p.via)) AS via
 FROM pairs p JOIN _cl_direct d ON d.clock = p.via
 GROUP BY p.unit;
 

@@ -52,9 +52,10 @@ WHERE t.device_kind = 'gpu';
 -- lists only its input (the output is the shard times the group).
 CREATE OR REPLACE TEMP TABLE _co_launch_size AS
 SELECT l.rank, l.event_id,
-       arg_max(c.bytes, e.ts_ns) AS range_bytes,
-       arg_max(c.dtype, e.ts_ns) AS range_dtype,
-       arg_max(c.kind = 'all_gather' AND c.elements = c.min_elements AND c.in_elems IS NULL, e.ts_ns)
+       arg_max(c.bytes, struct_pack(t := e.ts_ns, d := -e.dur_ns, i := e.event_id)) AS range_bytes,
+       arg_max(c.dtype, struct_pack(t := e.ts_ns, d := -e.dur_ns, i := e.event_id)) AS range_dtype,
+       arg_max(c.kind = 'all_gather' AND c.elements = c.min_elements AND c.in_elems IS NULL,
+               struct_pack(t := e.ts_ns, d := -e.dur_ns, i := e.event_id))
            AS range_shard_only
 FROM _co_launch_gpu l
 JOIN _co_transfer t USING (rank, event_id)
@@ -119,14 +120,15 @@ SELECT r.rank,
                         WHERE a.run_id = r.run_id AND a.rank = r.rank AND a.role = 'ddp_forward')) AS ddp
 FROM ranks r WHERE r.run_id = getvariable('run_id');
 
--- _co_context: per transfer, what its launch sits inside (innermost wins).
+-- _co_context: per transfer, what its launch sits inside (innermost wins: the latest start, then
+-- the earliest end).
 CREATE OR REPLACE TEMP TABLE _co_context AS
 SELECT l.rank, l.event_id,
-       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'ddp_bucket')       AS bucket,
-       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'microbatch')       AS microbatch,
-       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'fsdp_all_gather')  AS gather_unit,
-       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'fsdp_reduce')      AS reduce_unit,
-       arg_max(g.arg, g.ts_ns) FILTER (WHERE g.role = 'launch')           AS launch_collective,
+       arg_max(g.arg, struct_pack(t := g.ts_ns, e := -g.end_ns)) FILTER (WHERE g.role = 'ddp_bucket')       AS bucket,
+       arg_max(g.arg, struct_pack(t := g.ts_ns, e := -g.end_ns)) FILTER (WHERE g.role = 'microbatch')       AS microbatch,
+       arg_max(g.arg, struct_pack(t := g.ts_ns, e := -g.end_ns)) FILTER (WHERE g.role = 'fsdp_all_gather')  AS gather_unit,
+       arg_max(g.arg, struct_pack(t := g.ts_ns, e := -g.end_ns)) FILTER (WHERE g.role = 'fsdp_reduce')      AS reduce_unit,
+       arg_max(g.arg, struct_pack(t := g.ts_ns, e := -g.end_ns)) FILTER (WHERE g.role = 'launch')           AS launch_collective,
        bool_or(g.role = 'fsdp_backward')                                  AS in_backward,
        bool_or(g.role = 'fsdp_forward')                                   AS in_forward,
        bool_or(g.role LIKE 'fsdp_%')                                      AS in_fsdp

@@ -22,7 +22,7 @@ WITH cpu AS (
     GROUP BY ALL
 ), main AS (
     -- tracks, not the stream argument: every load keeps them (one per GPU stream)
-    SELECT rank, arg_max(track_id, compute_ns) AS track_id
+    SELECT rank, arg_max(track_id, struct_pack(c := compute_ns, t := -track_id)) AS track_id
     FROM (SELECT rank, track_id, sum(dur_ns) AS compute_ns
           FROM events
           WHERE run_id = getvariable('run_id') AND kind = 'compute' AND dur_ns > 0

@@ -152,8 +152,8 @@ GROUP BY gid, block;
 -- _tl_block_marks: one row per block: how many marks it merged, the longest one's name.
 CREATE OR REPLACE TEMP TABLE _tl_block_marks AS
 SELECT b.gid, b.ts_ns, b.end_ns, any_value(b.busy_ns) AS busy_ns, count(*) AS marks,
-       arg_max(p.name, p.end_ns - p.ts_ns) AS name,
-       arg_max(p.event_id, p.end_ns - p.ts_ns) AS event_id
+       arg_max(p.name, struct_pack(d := p.end_ns - p.ts_ns, e := -p.event_id)) AS name,
+       arg_max(p.event_id, struct_pack(d := p.end_ns - p.ts_ns, e := -p.event_id)) AS event_id
 FROM _tl_pieces p JOIN _tl_budget USING (gid)
 ASOF JOIN _tl_blocks b ON b.gid = p.gid AND p.ts_ns >= b.ts_ns
 WHERE _tl_budget.cap IS NOT NULL

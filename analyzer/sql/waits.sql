@@ -32,8 +32,9 @@ WITH a AS (
     SELECT i.*, i.ts_ns + k.clock_offset_ns AS common_ts_ns
     FROM comm_instance i JOIN rank_clock k USING (rank)
 ), last AS (
-    SELECT ikey, count(*) AS peers, arg_max(rank, common_ts_ns) AS last_rank,
-           arg_max(dur_ns, common_ts_ns) AS last_dur_ns
+    -- the last to arrive; ranks that arrive at the same instant: the highest (a fixed choice)
+    SELECT ikey, count(*) AS peers, arg_max(rank, struct_pack(t := common_ts_ns, r := rank)) AS last_rank,
+           arg_max(dur_ns, struct_pack(t := common_ts_ns, r := rank)) AS last_dur_ns
     FROM a GROUP BY ikey
 )
 SELECT a.rank, a.event_id, a.step, a.ts_ns, a.end_ns, a.dur_ns, a.common_ts_ns, l.peers, l.last_rank,

@@ -1,0 +1,76 @@
+"""The map over ranks and the reduce give what one store of every event gives.
+
+Two routes to every figure: the engine (each rank decoded and reduced to its tables
+by its own worker, the tables of all ranks reduced together: what the commands
+run) and the single store (every rank's events in one DuckDB store, the same SQL
+over all of them at once: ``ingest.load``). On every sample run and every
+reference trace, the per-rank tables each worker ships equal that rank's rows of
+the single store's tables, and analyze, buckets and diagnose answer the same.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import REFERENCE, SAMPLES
+from overlapscope.analyzer import api, sql
+from overlapscope.analyzer.engine import map_run
+from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
+from overlapscope.analyzer.ingest.load import load
+
+BUNDLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+REFERENCES = sorted(str(p) for p in REFERENCE.glob("gpu_*/*.json.gz")) if REFERENCE.is_dir() else []
+
+
+def _same(a, b, where=""):
+    """Equal JSON-ready values (floats to 1e-9 relative: sums over ranks may add in another order)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert set(a) == set(b), (where, set(a) ^ set(b))
+        for k in a:
+            if k not in ("name", "files", "run_id"):
+                _same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), (where, len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 * max(1.0, abs(a)), (where, a, b)
+    else:
+        assert a == b, (where, a, b)
+
+
+def _rows(table) -> list[tuple]:
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def _inputs() -> list[list[str]]:
+    return [[str(SAMPLES / b)] for b in BUNDLES] + [[r] for r in REFERENCES]
+
+
+@pytest.mark.parametrize("paths", _inputs(), ids=[p[0].split("/")[-1] for p in _inputs()])
+def test_each_rank_ships_its_rows_of_the_single_store(paths):
+    mapped = map_run(paths, "full", workers=2)
+    one = load(paths, detail="full", workers=2)
+    for script in RANK_SCRIPTS["full"]:
+        if script != "steps":
+            sql.ensure(one.con, script, **script_params(script, one.run_id))
+    for result in mapped.results:
+        for table, data in result.tables.items():
+            if table in ("steps", "annotation_roles"):
+                query = f"SELECT * EXCLUDE (run_id) FROM {table} WHERE run_id = ? AND rank = ?"
+                expected = one.con.sql(query, params=[one.run_id, result.rank]).to_arrow_table()
+            else:
+                expected = one.con.sql(f"SELECT * FROM {table} WHERE rank = ?", params=[result.rank]).to_arrow_table()
+            got = data.select(expected.column_names)
+            assert _rows(got) == _rows(expected), (table, result.rank)
+
+
+@pytest.mark.parametrize("paths", _inputs(), ids=[p[0].split("/")[-1] for p in _inputs()])
+def test_every_command_answers_as_the_single_store(paths):
+    overlap = load(paths, detail="overlap", workers=2)
+    _same(api.analyze(paths, workers=2), api.analyze_run(overlap.con, overlap.run_id))
+    one = load(paths, detail="attribution", workers=2)
+    _same(api.buckets(paths, workers=2), api.buckets_run(one.con, one.run_id))
+    _same(api.diagnose(paths, workers=2), api.diagnose_run(one.con, one.run_id))
