@@ -1,7 +1,8 @@
 """Find the per-rank trace files behind the paths a user gives.
 
 A path may be a trace file (``.json``, ``.json.gz``, ``*.pt.trace.json(.gz)``), a
-directory of such files, or a ``.zip`` of them. A tracer bundle also holds a
+directory of such files, or a ``.zip`` of them; on this machine's disk, or a URI of
+a file system pyarrow reads (``s3://``, ``gs://``, ``file://``: ``files.py``). A tracer bundle also holds a
 ``manifest.json``; it is returned beside the traces, never parsed as one.
 
 Only names are resolved here; the bytes are read by the worker that decodes them
@@ -18,6 +19,7 @@ import zipfile
 from dataclasses import dataclass
 
 from overlapscope.analyzer.errors import InputError
+from overlapscope.analyzer.ingest import files
 from overlapscope.analyzer.ingest.limits import ENV_MAX_MEMBERS, Limits, from_env as limits_from_env, mb
 from overlapscope.contract import manifest as contract
 from overlapscope.contract.manifest import Manifest
@@ -42,7 +44,7 @@ class TraceSource:
 
     @property
     def basename(self) -> str:
-        return os.path.basename(self.member or self.path)
+        return os.path.basename(self.member) if self.member else files.basename(self.path)
 
 
 @dataclass
@@ -87,7 +89,7 @@ def _read_manifest(read, size: int, where: str, limits: Limits) -> tuple[Manifes
 
 def _from_zip(path: str, limits: Limits) -> Inputs:
     try:
-        with zipfile.ZipFile(path) as zf:
+        with files.open_binary(path) as raw, zipfile.ZipFile(raw) as zf:
             infos = [i for i in zf.infolist() if not i.is_dir()]
             if len(infos) > limits.max_archive_members:
                 raise InputError(path, f"zip archive holds {len(infos):,} files, more than the limit of "
@@ -124,16 +126,16 @@ def _printable(name: str) -> str:
 
 
 def _from_dir(path: str, limits: Limits) -> Inputs:
-    names = sorted(os.listdir(path))
-    sources = [TraceSource(os.path.join(path, n)) for n in names if _is_trace_name(n)]
-    sources = [s for s in sources if os.path.isfile(s.path)]
+    names = sorted(files.listdir(path))
+    sources = [TraceSource(files.join(path, n)) for n in names if _is_trace_name(n)]
+    sources = [s for s in sources if files.isfile(s.path)]
     if not sources:
         raise InputError(path, "directory holds no trace files (*.json, *.json.gz)")
     manifest = text = None
-    manifest_path = os.path.join(path, MANIFEST_NAME)
-    if os.path.isfile(manifest_path):
-        with open(manifest_path, "rb") as f:
-            manifest, text = _read_manifest(f.read, os.path.getsize(manifest_path), manifest_path, limits)
+    manifest_path = files.join(path, MANIFEST_NAME)
+    if files.isfile(manifest_path):
+        with files.open_binary(manifest_path) as f:
+            manifest, text = _read_manifest(f.read, files.size(manifest_path), manifest_path, limits)
     return Inputs(sources, manifest, manifest_path if manifest else None, text)
 
 
@@ -145,15 +147,15 @@ def resolve(paths: list[str], limits: Limits | None = None) -> Inputs:
     sources: list[TraceSource] = []
     manifest, manifest_source, manifest_text = None, None, None
     for path in paths:
-        if not os.path.exists(path):
+        if not files.exists(path):
             raise InputError(path, "no such file or directory")
-        if os.path.isdir(path):
+        if files.isdir(path):
             found = _from_dir(path, limits)
-        elif zipfile.is_zipfile(path) or path.lower().endswith(".zip"):
+        elif path.lower().endswith(".zip") or (not files.is_uri(path) and zipfile.is_zipfile(path)):
             found = _from_zip(path, limits)
-        elif os.path.basename(path) == MANIFEST_NAME:
-            with open(path, "rb") as f:
-                manifest_one, text = _read_manifest(f.read, os.path.getsize(path), path, limits)
+        elif files.basename(path) == MANIFEST_NAME:
+            with files.open_binary(path) as f:
+                manifest_one, text = _read_manifest(f.read, files.size(path), path, limits)
             found = Inputs([], manifest_one, path, text)
         else:
             found = Inputs([TraceSource(path)])
@@ -166,7 +168,7 @@ def resolve(paths: list[str], limits: Limits | None = None) -> Inputs:
         raise InputError(paths[0], "no trace files given (only a manifest)")
     seen: dict[str, TraceSource] = {}
     for s in sources:
-        key = os.path.realpath(s.path) + "::" + (s.member or "")
+        key = files.realpath(s.path) + "::" + (s.member or "")
         if key in seen:
             raise InputError(s.display, "given twice")
         seen[key] = s

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from overlapscope.analyzer.errors import InputError
+from overlapscope.analyzer.ingest import files
 from overlapscope.analyzer.ingest.limits import ENV_MAX_TRACE_MB, Limits, mb
 
 try:  # igzip is 3-4x faster than zlib on trace files; the standard gzip is the fallback
@@ -29,12 +30,12 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 @contextmanager
 def _opened(path: str, member: str | None):
-    """The raw bytes of a file or of a zip member, as a buffered stream with peek()."""
+    """The raw bytes of a file or of a zip member (on disk or behind a URI: files.py)."""
     if member is None:
-        with open(path, "rb") as f:
+        with files.open_binary(path) as f:
             yield f
         return
-    with zipfile.ZipFile(path) as zf:
+    with files.open_binary(path) as raw, zipfile.ZipFile(raw) as zf:
         info = zf.getinfo(member)
         if info.flag_bits & 0x1:
             raise InputError(f"{path}:{member}", "encrypted zip member: store traces unencrypted")
@@ -42,12 +43,21 @@ def _opened(path: str, member: str | None):
             yield f
 
 
+def _magic(raw) -> bytes:
+    """The first two bytes, leaving the stream where it was."""
+    if hasattr(raw, "peek"):
+        return raw.peek(2)[:2]
+    head = raw.read(2)
+    raw.seek(0)
+    return head
+
+
 def chunks(path: str, member: str | None, where: str, limits: Limits) -> Iterator[bytes]:
     """The decompressed bytes of one trace file, chunk by chunk; at most ``limits.max_trace_bytes``."""
     total = 0
     try:
         with _opened(path, member) as raw:
-            magic = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+            magic = _magic(raw)
             if magic == GZIP_MAGIC:
                 stream = _gzip.GzipFile(fileobj=raw, mode="rb")
             else:

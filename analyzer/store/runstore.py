@@ -31,8 +31,11 @@ import uuid
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from overlapscope.analyzer.ingest import columns
 
 RAW = "raw"
 RANK = "rank"
@@ -64,7 +67,7 @@ def with_rank(table: pa.Table, rank: int) -> pa.Table:
     """``table`` with a ``rank`` column (every stored file carries its rank)."""
     if "rank" in table.column_names:
         return table
-    return table.append_column("rank", pa.array([rank] * table.num_rows, type=pa.int32()))
+    return table.append_column("rank", columns.int32(np.full(table.num_rows, rank, dtype=np.int32)))
 
 
 def _write(path: Path, table: pa.Table) -> None:
