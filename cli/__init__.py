@@ -16,7 +16,8 @@ from overlapscope.cli.tables import clean
 def _build_parser() -> argparse.ArgumentParser:
     from overlapscope.cli import (analyze as cli_analyze, buckets as cli_buckets, catalog as cli_catalog,
                                   check as cli_check, dashboard as cli_dashboard, diagnose as cli_diagnose,
-                                  model as cli_model, push as cli_push, retention as cli_retention)
+                                  model as cli_model, push as cli_push, reduce as cli_reduce,
+                                  retention as cli_retention)
 
     parser = argparse.ArgumentParser(
         prog="overlapscope",
@@ -26,7 +27,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in (cli_analyze, cli_buckets, cli_diagnose, cli_model, cli_catalog, cli_check, cli_retention,
-                   cli_push, cli_dashboard):
+                   cli_push, cli_reduce, cli_dashboard):
         module.add_parser(sub)
     return parser
 

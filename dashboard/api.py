@@ -48,14 +48,9 @@ READ_THREADS = 4
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError, version as installed
+    from overlapscope.analyzer import version as installed
 
-    try:
-        return installed("overlapscope")
-    except PackageNotFoundError:
-        from overlapscope.analyzer import __version__
-
-        return __version__
+    return installed()
 
 
 def _json(value, status: int = 200, headers: dict | None = None) -> Response:

@@ -42,6 +42,12 @@ class TraceConfig:
     """Measure F and W before profiling (a few seconds); False writes ``calibration: null``."""
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     """Sizes and repetitions of the calibration."""
+    reduce_in_place: bool = False
+    """At the end of profiling, each rank reduces its own trace to its per-rank tables next
+    to it (``rank-<r>.pt.trace.json.gz.overlapscope/``), in parallel on the job's nodes, so
+    that ``overlapscope ingest`` only collects them. Runs ``overlapscope reduce-rank`` in
+    a subprocess (the analyzer must be installed where the job runs); a failure is a
+    warning, never the job's."""
 
     def __post_init__(self) -> None:
         if not str(self.out_dir):
@@ -126,8 +132,22 @@ class Tracer:
         ranks = gather_rank_facts(self.device)
         if self.rank == 0:
             write_manifest(self.out_dir, self._manifest(ranks, profile.profiled_steps()))
+        if self.config.reduce_in_place:
+            self._reduce_in_place()
         # Every rank leaves with the bundle complete on disk.
         dist.barrier()
+
+    def _reduce_in_place(self) -> None:
+        """This rank's trace reduced to its per-rank tables beside it (TraceConfig.reduce_in_place)."""
+        import subprocess
+        import sys
+
+        command = [sys.executable, "-m", "overlapscope.cli", "reduce-rank", str(trace_path(self.out_dir, self.rank)),
+                   "--parallelism", self._model_facts().parallelism]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            warnings.warn(f"rank {self.rank}: reduce in place failed ({done.stderr.strip()[-300:]}); ingest will "
+                          "decode this rank's trace instead", stacklevel=3)
 
     def _manifest(self, ranks: list[dict], profiled: list[int]) -> Manifest:
         return build_manifest(

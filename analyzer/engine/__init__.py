@@ -18,7 +18,8 @@ import tempfile
 from dataclasses import dataclass
 
 from overlapscope.analyzer.engine import local
-from overlapscope.analyzer.engine.rank import RankResult, RankTask, map_rank
+from overlapscope.analyzer.engine.inplace import map_or_collect
+from overlapscope.analyzer.engine.rank import RankResult, RankTask
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest.inputs import Inputs, resolve
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
@@ -81,7 +82,7 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
 
             results = ray_engine.run(tasks, address=ray_address, on_done=on_mapped)
         else:
-            results = local.run(map_rank, tasks, workers=n, on_done=on_mapped)
+            results = local.run(map_or_collect, tasks, workers=n, on_done=on_mapped)
     check_ranks(results, inputs.manifest, inputs.manifest_source)
     return sorted(results, key=lambda r: r.rank)
 

@@ -1,6 +1,7 @@
 """The Ray engine: the map over ranks as Ray tasks, one per rank (``--engine ray``).
 
-Each task runs ``rank.map_rank`` where Ray places it: it reads its rank's trace
+Each task runs ``rank.map_rank`` (or collects what the rank reduced in place,
+``inplace.py``) where Ray places it: it reads its rank's trace
 where it lies (a shared file system, or a URI of object storage: ingest/files.py),
 writes the rank's Parquet files into the run store when the run is stored (the
 store must be on a file system every node sees), and returns only the rank's
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import os
 
-from overlapscope.analyzer.engine.rank import RankResult, RankTask, map_rank
+from overlapscope.analyzer.engine.inplace import map_or_collect
+from overlapscope.analyzer.engine.rank import RankResult, RankTask
 from overlapscope.analyzer.errors import UsageError
 
 
@@ -57,7 +59,7 @@ def run(tasks: list[RankTask], address: str | None = None, on_done=None) -> list
     ray = _ray()
     started = _start(ray, address)
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(map_rank)
+        remote = ray.remote(num_cpus=1, max_retries=0)(map_or_collect)
         refs = [remote.remote(t) for t in tasks]
         index = {ref: i for i, ref in enumerate(refs)}
         results: list[RankResult | None] = [None] * len(refs)

@@ -41,6 +41,8 @@ class TrainConfig:
     """Run under the tracer (False: the same training without it, for comparison)."""
     calibrate: bool = True
     """Measure F and W before profiling."""
+    reduce_in_place: bool = False
+    """Each rank reduces its trace to its per-rank tables at the end (TraceConfig.reduce_in_place)."""
     wait_steps: int = 1
     warmup_steps: int = 1
     active_steps: int = 3
@@ -178,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="bundle folder")
     p.add_argument("--no-trace", dest="trace", action="store_false", help="train without the tracer")
     p.add_argument("--no-calibrate", dest="calibrate", action="store_false")
+    p.add_argument("--reduce-in-place", action="store_true",
+                   help="each rank writes its per-rank tables next to its trace (ingest collects them)")
     p.add_argument("--wait-steps", type=int, default=1)
     p.add_argument("--warmup-steps", type=int, default=1)
     p.add_argument("--active-steps", type=int, default=3)

@@ -100,7 +100,8 @@ def _tracer(model: nn.Module, cfg: TrainConfig):
                "fsdp_version": None if cfg.parallel == "ddp" else (cfg.fsdp_version or 2)},
         command_line=cfg.command_line,
     )
-    config = TraceConfig(out_dir=cfg.out, profile=cfg.profile_config(), calibrate=cfg.calibrate)
+    config = TraceConfig(out_dir=cfg.out, profile=cfg.profile_config(), calibrate=cfg.calibrate,
+                         reduce_in_place=cfg.reduce_in_place)
     return Tracer(model, config, facts, ddp_comm_hook=hook, ddp_comm_state=state)
 
 
