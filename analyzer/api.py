@@ -11,11 +11,17 @@ store opens. The attribution and the checklist are imported where they are used:
 
 from __future__ import annotations
 
-from overlapscope.analyzer import engine as engines
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.headline import failed, headline
 from overlapscope.analyzer.measure import overlap
 from overlapscope.analyzer.store.runinfo import run_info
+
+
+def _engine():
+    """The map over ranks (imported by the analyses of paths: a stored run needs none of it)."""
+    from overlapscope.analyzer import engine
+
+    return engine
 
 
 def analyze(paths: list[str], workers: int | None = None, engine: str = "local", ray_address: str | None = None,
@@ -24,7 +30,7 @@ def analyze(paths: list[str], workers: int | None = None, engine: str = "local",
 
     Returns ``{"run", "headline", "ranks", "steps"}`` with times in ms.
     """
-    mapped = engines.map_run(paths, "overlap", workers, engine, ray_address, on_mapped=on_mapped)
+    mapped = _engine().map_run(paths, "overlap", workers, engine, ray_address, on_mapped=on_mapped)
     return analyze_run(mapped.con, mapped.run_id)
 
 
@@ -49,20 +55,38 @@ def _reduced(info):
                           info.manifest if info.has_manifest else None)
 
 
+def _answers(info, name: str, tokens: float | None) -> bool:
+    """Whether the analysis ``name`` stored at ingest answers for ``tokens``."""
+    from overlapscope.analyzer.store import runstore
+
+    if not info.stored:
+        return False
+    if not info.run_dir.is_dir():
+        raise UsageError(f"run {info.run_id} ({info.name}): its files are missing from {info.run_dir} (a catalog "
+                         "is its .duckdb file and the .runs folder beside it: copy both)")
+    facts = runstore.document_facts(info.run_dir, name)
+    return facts is not None and (tokens is None or tokens == facts.get("tokens"))
+
+
 def _stored(info, name: str, tokens: float | None) -> dict | None:
     """The analysis ``name`` stored at ingest, when it answers for ``tokens``."""
     from overlapscope.analyzer.store import runstore
 
-    if not info.stored:
+    return runstore.read_document(info.run_dir, name) if _answers(info, name, tokens) else None
+
+
+def stored_json(con, run_id: int, name: str, tokens: float | None = None) -> bytes | None:
+    """``buckets``' or ``diagnose``'s JSON of a catalog's run, straight from what ingest stored
+    (no decoding: large runs print at once); None when it must be computed."""
+    import msgspec
+
+    from overlapscope.analyzer.store import runstore
+
+    info = run_info(con, run_id)
+    if not _answers(info, name, tokens):
         return None
-    if not info.run_dir.is_dir():
-        raise UsageError(f"run {info.run_id} ({info.name}): its files are missing from {info.run_dir} (a catalog "
-                         "is its .duckdb file and the .runs folder beside it: copy both)")
-    document = runstore.read_document(info.run_dir, name)
-    if document is None or (tokens is not None and tokens != document.get("tokens")):
-        return None
-    document.pop("tokens", None)
-    return document
+    body = runstore.read_document_bytes(info.run_dir, name)
+    return b'{"run":' + msgspec.json.encode(info.describe()) + b"," + body[1:]
 
 
 def buckets(paths: list[str], workers: int | None = None, tokens: float | None = None, engine: str = "local",
@@ -72,7 +96,7 @@ def buckets(paths: list[str], workers: int | None = None, tokens: float | None =
     Returns ``run``, ``collectives``, ``summary``, ``steps``, ``model`` (per step:
     F, W, T, tokens to hide, verdict), ``measured`` and ``memory``.
     """
-    mapped = engines.map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
+    mapped = _engine().map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
     return buckets_run(mapped.con, mapped.run_id, tokens)
 
 
@@ -96,7 +120,7 @@ def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
 def diagnose(paths: list[str], workers: int | None = None, tokens: float | None = None, engine: str = "local",
              ray_address: str | None = None, on_mapped=None) -> dict:
     """The checklist: one finding per rule (failed first) with evidence from the trace."""
-    mapped = engines.map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
+    mapped = _engine().map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
     return diagnose_run(mapped.con, mapped.run_id, tokens)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-from overlapscope.analyzer.api import buckets, buckets_run
-from overlapscope.cli.common import add_source_arguments, emit, stored_run
+from overlapscope.analyzer.api import buckets, buckets_run, stored_json
+from overlapscope.cli.common import add_source_arguments, emit, emit_stored, stored_run
 from overlapscope.cli.tables import clean, table
 
 SUMMARY_COLUMNS = [
@@ -58,6 +58,8 @@ def _print_text(result: dict) -> None:
 
 def run(args) -> int:
     stored = stored_run(args)
+    if stored and args.json and emit_stored(stored_json(*stored, "buckets", args.tokens)):
+        return 0  # what ingest stored, printed as it is
     result = (buckets_run(*stored, tokens=args.tokens) if stored
               else buckets(args.paths, workers=args.workers, tokens=args.tokens, engine=args.engine,
                            ray_address=args.ray_address))

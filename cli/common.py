@@ -83,6 +83,20 @@ def to_json(result) -> bytes:
     return msgspec.json.format(msgspec.json.encode(result), indent=2)
 
 
+def emit_stored(raw: bytes | None) -> bool:
+    """Print JSON bytes as they were stored (indented as ``to_json`` does); False for None."""
+    import sys
+
+    import msgspec
+
+    if raw is None:
+        return False
+    sys.stdout.flush()
+    sys.stdout.buffer.write(msgspec.json.format(raw, indent=2) + b"\n")
+    sys.stdout.flush()
+    return True
+
+
 def emit(result: dict, as_json: bool, print_text) -> int:
     """Print a result as JSON (the contract) or as the command's readable text."""
     import sys

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from overlapscope.analyzer.api import diagnose, diagnose_run
-from overlapscope.cli.common import add_source_arguments, emit, stored_run
+from overlapscope.analyzer.api import diagnose, diagnose_run, stored_json
+from overlapscope.cli.common import add_source_arguments, emit, emit_stored, stored_run
 from overlapscope.cli.tables import clean
 
 MARK = {"fail": "FAIL", "warn": "WARN", "pass": "pass", "n/a": " n/a"}
@@ -41,6 +41,8 @@ def _print_text(result: dict, show_all: bool) -> None:
 
 def run(args) -> int:
     stored = stored_run(args)
+    if stored and args.json and emit_stored(stored_json(*stored, "diagnose", args.tokens)):
+        return 0  # what ingest stored, printed as it is
     result = (diagnose_run(*stored, tokens=args.tokens) if stored
               else diagnose(args.paths, workers=args.workers, tokens=args.tokens, engine=args.engine,
                             ray_address=args.ray_address))

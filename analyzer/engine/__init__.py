@@ -19,27 +19,14 @@ from dataclasses import dataclass
 
 from overlapscope.analyzer.engine import local
 from overlapscope.analyzer.engine.inplace import map_or_collect
-from overlapscope.analyzer.engine.rank import RankResult, RankTask
+from overlapscope.analyzer.engine.rank import (  # noqa: F401 (the engine's names)
+    ENV_WORKER_MEMORY_MB, RankResult, RankTask, tasks_for, worker_memory_bytes,
+)
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest.inputs import Inputs, resolve
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 
 ENGINES = ("local", "ray")
-ENV_WORKER_MEMORY_MB = "OVERLAPSCOPE_WORKER_MEMORY_MB"
-DEFAULT_WORKER_MEMORY_MB = 512  # a rank store's DuckDB budget; it spills beyond
-
-
-def worker_memory_bytes() -> int:
-    raw = os.environ.get(ENV_WORKER_MEMORY_MB)
-    try:
-        mb = float(raw) if raw else DEFAULT_WORKER_MEMORY_MB
-    except ValueError:
-        raise UsageError(f"${ENV_WORKER_MEMORY_MB} must be a number of MB, got {raw!r}") from None
-    if mb < 64:
-        raise UsageError(f"${ENV_WORKER_MEMORY_MB} must be at least 64 MB, got {raw}")
-    return int(mb * 2**20)
-
-
 @dataclass
 class Mapped:
     """A run mapped and reduced: the reduce's store, the run's id there, what came in."""
@@ -48,16 +35,6 @@ class Mapped:
     run_id: int
     inputs: Inputs
     results: list[RankResult]
-
-
-def tasks_for(inputs: Inputs, detail: str, limits: Limits, workers: int, out_dir: str | None = None,
-              spill_dir: str | None = None) -> list[RankTask]:
-    """One task per rank file; each worker's DuckDB gets its share of the cores."""
-    threads = max(1, local.cpus() // max(1, min(workers, len(inputs.sources))))
-    parallelism = inputs.manifest.parallelism if inputs.manifest is not None else None
-    budget = worker_memory_bytes()
-    return [RankTask(s, detail, limits, parallelism=parallelism, out_dir=out_dir, memory_limit_bytes=budget,
-                     spill_dir=spill_dir, threads=threads) for s in inputs.sources]
 
 
 def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: str = "local",

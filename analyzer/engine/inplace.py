@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from overlapscope.analyzer import version
-from overlapscope.analyzer.engine.rank import RankResult, RankTask, map_rank, stored_results
+from overlapscope.analyzer.engine.rank import RankResult, RankTask, map_rank, stored_results, tasks_for
 from overlapscope.analyzer.ingest.inputs import TraceSource
 
 SUFFIX = ".overlapscope"
@@ -91,7 +91,6 @@ def reduce_paths(paths: list[str], parallelism: str | None = None, limits=None) 
     """Reduce in place every trace file at ``paths`` (one after another, each in this
     process: on a node of the job, each rank reduces its own); the folders written.
     The run's parallelism: ``parallelism``, else the manifest beside the traces."""
-    from overlapscope.analyzer.engine import tasks_for
     from overlapscope.analyzer.errors import InputError
     from overlapscope.analyzer.ingest.inputs import resolve
     from overlapscope.analyzer.ingest.limits import from_env

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from overlapscope.analyzer.ingest.decode import RankData, decode_source
-from overlapscope.analyzer.ingest.inputs import TraceSource
+from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource
+from overlapscope.analyzer.engine.local import cpus
 from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
+from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest.limits import Limits
 
 RUN_ID = 1  # the run's id inside a rank's private store (the reduce gives the real one)
@@ -58,6 +60,31 @@ class RankResult:
     @property
     def rank(self) -> int:
         return self.meta["rank"]
+
+
+ENV_WORKER_MEMORY_MB = "OVERLAPSCOPE_WORKER_MEMORY_MB"
+DEFAULT_WORKER_MEMORY_MB = 512  # a rank store's DuckDB budget; it spills beyond
+
+
+def worker_memory_bytes() -> int:
+    raw = os.environ.get(ENV_WORKER_MEMORY_MB)
+    try:
+        mb = float(raw) if raw else DEFAULT_WORKER_MEMORY_MB
+    except ValueError:
+        raise UsageError(f"${ENV_WORKER_MEMORY_MB} must be a number of MB, got {raw!r}") from None
+    if mb < 64:
+        raise UsageError(f"${ENV_WORKER_MEMORY_MB} must be at least 64 MB, got {raw}")
+    return int(mb * 2**20)
+
+
+def tasks_for(inputs: Inputs, detail: str, limits: Limits, workers: int, out_dir: str | None = None,
+              spill_dir: str | None = None) -> list[RankTask]:
+    """One task per rank file; each worker's DuckDB gets its share of the cores."""
+    threads = max(1, cpus() // max(1, min(workers, len(inputs.sources))))
+    parallelism = inputs.manifest.parallelism if inputs.manifest is not None else None
+    budget = worker_memory_bytes()
+    return [RankTask(s, detail, limits, parallelism=parallelism, out_dir=out_dir, memory_limit_bytes=budget,
+                     spill_dir=spill_dir, threads=threads) for s in inputs.sources]
 
 
 def map_rank(task: RankTask) -> RankResult:

@@ -137,7 +137,7 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
         finally:
             con.close()
         for name, document in computed.pop("documents").items():
-            runstore.write_document(staging.path, name, document)
+            runstore.write_document(staging.path, name, document, tokens=computed["tokens"])
         for r in ranks:  # the steps go to the catalog; the rest of each rank's tables stay on disk
             r.tables = {"steps": r.tables["steps"]}
     except OSError as err:  # writing the ranks' files: the disk is full

@@ -8,7 +8,10 @@ from datetime import datetime, timezone
 import duckdb
 
 from overlapscope.analyzer import sql
-from overlapscope.analyzer.ingest.decode import RankData
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # decode's imports (numpy, pyarrow) are not a store reader's
+    from overlapscope.analyzer.ingest.decode import RankData
 from overlapscope.contract import manifest as contract_manifest
 from overlapscope.contract.manifest import Manifest
 

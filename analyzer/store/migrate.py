@@ -179,7 +179,7 @@ def _to_run_store(con) -> None:
                 runstore.write_results(staging.path, _Stored(r, counts, tables, scripts))
             computed = results.compute(con, run_id)
             for name, document in computed.pop("documents").items():
-                runstore.write_document(staging.path, name, document)
+                runstore.write_document(staging.path, name, document, tokens=computed["tokens"])
             results.save(con, run_id, computed)
             data_dir = staging.publish()  # a failed upgrade leaves it unnamed: the next writer sweeps it
         except BaseException:

@@ -50,8 +50,8 @@ def compute(con, run_id: int) -> dict:
             "figures": {"rank_metrics": a.overlap["ranks"], "step_metrics": a.overlap["steps"],
                         "group_metrics": groups},
             "clock_offsets_ns": waits.clock_offsets_ns(con, run_id),
-            "documents": {"buckets": {**buckets.report(a), "tokens": a.tokens},
-                          "diagnose": {"headline": head, **diagnosed, "tokens": a.tokens}}}
+            "documents": {"buckets": buckets.report(a), "diagnose": {"headline": head, **diagnosed}},
+            "tokens": a.tokens}
 
 
 def save(con, run_id: int, computed: dict) -> dict:

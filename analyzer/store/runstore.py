@@ -10,7 +10,8 @@
                                             collectives, flows, memory, annotation_roles)
             rank/<table>/rank-<r>.parquet   its rank scripts' results (steps, overlap_step,
                                             collective_stats, comm_instance, ...)
-            <analysis>.json.zst             the reduce's analyses (buckets, diagnose)
+            <analysis>.json.zst             the reduce's analyses (buckets, diagnose), each with
+            <analysis>.facts.json           its size and what it was made with (tokens)
         .staging-<token>/             a run being written, locked by its writer
 
 Workers write a rank's files into a staging folder in parallel (zstd Parquet, a
@@ -31,11 +32,9 @@ import uuid
 from pathlib import Path
 
 import msgspec
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from overlapscope.analyzer.ingest import columns
+# pyarrow and numpy are imported where files are read or written: a command that only
+# reads the catalog's index (history, analyze --run) starts faster without them.
 
 RAW = "raw"
 RANK = "rank"
@@ -63,19 +62,25 @@ def rank_file(folder: str | os.PathLike, kind: str, table: str, rank: int) -> Pa
     return Path(folder) / kind / table / f"rank-{rank:05d}.parquet"
 
 
-def with_rank(table: pa.Table, rank: int) -> pa.Table:
-    """``table`` with a ``rank`` column (every stored file carries its rank)."""
+def with_rank(table, rank: int):
+    """``table`` (Arrow) with a ``rank`` column (every stored file carries its rank)."""
+    import numpy as np
+
+    from overlapscope.analyzer.ingest import columns
+
     if "rank" in table.column_names:
         return table
     return table.append_column("rank", columns.int32(np.full(table.num_rows, rank, dtype=np.int32)))
 
 
-def _write(path: Path, table: pa.Table) -> None:
+def _write(path: Path, table) -> None:
+    import pyarrow.parquet as pq
+
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, **PARQUET_OPTIONS)
 
 
-def write_raw(folder: str | os.PathLike, rank: int, tables: dict[str, pa.Table]) -> None:
+def write_raw(folder: str | os.PathLike, rank: int, tables: dict) -> None:
     """One rank's raw tables into ``folder`` (a staging folder), one file per table."""
     for name, table in tables.items():
         _write(rank_file(folder, RAW, name, rank), with_rank(table, rank))
@@ -91,9 +96,11 @@ def write_results(folder: str | os.PathLike, result) -> None:
                                            "scripts": list(result.scripts)}))
 
 
-def read_results(run_dir: str | os.PathLike) -> list[tuple[dict, dict[str, pa.Table]]]:
-    """The stored results of every rank of a run: (facts, tables) per rank, in rank order
-    (facts: meta, counts and scripts, as ``write_results`` wrote them)."""
+def read_results(run_dir: str | os.PathLike) -> list[tuple[dict, dict]]:
+    """The stored results of every rank of a run: (facts, Arrow tables) per rank, in rank
+    order (facts: meta, counts and scripts, as ``write_results`` wrote them)."""
+    import pyarrow.parquet as pq
+
     facts_dir = Path(run_dir) / RANK / "facts"
     out = []
     for path in sorted(facts_dir.glob("rank-*.json")):
@@ -108,20 +115,30 @@ def read_results(run_dir: str | os.PathLike) -> list[tuple[dict, dict[str, pa.Ta
     return out
 
 
-def write_document(folder: str | os.PathLike, name: str, document) -> None:
-    """An analysis of the run (a JSON-ready object) as ``<name>.json.zst``."""
+def write_document(folder: str | os.PathLike, name: str, document: dict, **facts) -> None:
+    """An analysis of the run (a JSON-ready object) as ``<name>.json.zst``, and beside it
+    ``<name>.facts.json``: its size and what it was made with (``facts``, e.g. tokens)."""
+    import pyarrow as pa
+
     data = msgspec.json.encode(document)
-    with pa.CompressedOutputStream(str(Path(folder) / f"{name}.json.zst"), "zstd") as out:
-        out.write(data)
+    (Path(folder) / f"{name}.json.zst").write_bytes(pa.compress(data, codec="zstd", asbytes=True))
+    (Path(folder) / f"{name}.facts.json").write_bytes(msgspec.json.encode({"bytes": len(data), **facts}))
+
+
+def document_facts(run_dir: str | os.PathLike, name: str) -> dict | None:
+    path = Path(run_dir) / f"{name}.facts.json"
+    return msgspec.json.decode(path.read_bytes()) if path.is_file() else None
 
 
 def read_document_bytes(run_dir: str | os.PathLike, name: str) -> bytes | None:
     """The stored analysis ``name`` as JSON bytes, or None when the run has none."""
+    import pyarrow as pa
+
+    facts = document_facts(run_dir, name)
     path = Path(run_dir) / f"{name}.json.zst"
-    if not path.is_file():
+    if facts is None or not path.is_file():
         return None
-    with pa.CompressedInputStream(str(path), "zstd") as f:
-        return f.read()
+    return pa.decompress(path.read_bytes(), decompressed_size=facts["bytes"], codec="zstd", asbytes=True)
 
 
 def read_document(run_dir: str | os.PathLike, name: str):
