@@ -75,9 +75,10 @@ def _stored(info, name: str, tokens: float | None) -> dict | None:
     return runstore.read_document(info.run_dir, name) if _answers(info, name, tokens) else None
 
 
-def stored_json(con, run_id: int, name: str, tokens: float | None = None) -> bytes | None:
-    """``buckets``' or ``diagnose``'s JSON of a catalog's run, straight from what ingest stored
-    (no decoding: large runs print at once); None when it must be computed."""
+def stored_json(con, run_id: int, name: str, tokens: float | None = None) -> list | None:
+    """``buckets``' or ``diagnose``'s JSON of a catalog's run, indented, straight from what
+    ingest stored (no decoding, no copy: large runs print at once), as pieces to write one
+    after the other; None when it must be computed."""
     import msgspec
 
     from overlapscope.analyzer.store import runstore
@@ -85,8 +86,9 @@ def stored_json(con, run_id: int, name: str, tokens: float | None = None) -> byt
     info = run_info(con, run_id)
     if not _answers(info, name, tokens):
         return None
-    body = runstore.read_document_bytes(info.run_dir, name)
-    return b'{"run":' + msgspec.json.encode(info.describe()) + b"," + body[1:]
+    body = runstore.read_document_bytes(info.run_dir, name)  # '{\n  "key": ...' (runstore.write_document)
+    run = msgspec.json.format(msgspec.json.encode(info.describe()), indent=2).replace(b"\n", b"\n  ")
+    return [b'{\n  "run": ' + run + b",\n", memoryview(body)[2:]]
 
 
 def buckets(paths: list[str], workers: int | None = None, tokens: float | None = None, engine: str = "local",

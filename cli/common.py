@@ -83,16 +83,16 @@ def to_json(result) -> bytes:
     return msgspec.json.format(msgspec.json.encode(result), indent=2)
 
 
-def emit_stored(raw: bytes | None) -> bool:
-    """Print JSON bytes as they were stored (indented as ``to_json`` does); False for None."""
+def emit_stored(pieces: list | None) -> bool:
+    """Print indented JSON as it was stored (``api.stored_json``'s pieces); False for None."""
     import sys
 
-    import msgspec
-
-    if raw is None:
+    if pieces is None:
         return False
     sys.stdout.flush()
-    sys.stdout.buffer.write(msgspec.json.format(raw, indent=2) + b"\n")
+    for piece in pieces:
+        sys.stdout.buffer.write(piece)
+    sys.stdout.buffer.write(b"\n")
     sys.stdout.flush()
     return True
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import weakref
 from dataclasses import dataclass
 from importlib import resources
 
@@ -101,9 +102,22 @@ def _dependents(name: str, done: list[str]) -> set[str]:
     return out
 
 
+_READY = weakref.WeakSet()  # connections that have _sql_done and the interval macros
+
+
 def _done(con) -> dict[str, str]:
-    con.execute("CREATE TEMP TABLE IF NOT EXISTS _sql_done (script VARCHAR PRIMARY KEY, params VARCHAR)")
+    if con not in _READY:  # the first script on this connection
+        con.execute("CREATE TEMP TABLE IF NOT EXISTS _sql_done (script VARCHAR PRIMARY KEY, params VARCHAR)")
+        ensure_macros(con)
+        _READY.add(con)
     return dict(con.execute("SELECT script, params FROM _sql_done").fetchall())
+
+
+def ensure_macros(con) -> None:
+    """The interval macros on a connection that lacks them (a read-only catalog gets them as
+    temporary macros, on its first script: reads that run none start without them)."""
+    if not one(con, "store.has_macros")[0]:
+        con.execute(text("intervals").replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"))
 
 
 def ensure(con, name: str, /, **params) -> None:

@@ -39,9 +39,8 @@ def connect(path: str = ":memory:", read_only: bool = False, threads: int | None
     if spill_dir:
         config["temp_directory"] = spill_dir
     con = duckdb.connect(path, read_only=read_only, config=config)
-    if read_only:
+    if read_only:  # the interval macros come with the first script (sql.ensure)
         migrate.check_readable(con, path)
-        con.execute(sql.text("intervals").replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"))
         return con
     if path == ":memory:":  # a one-shot store: nothing to upgrade
         con.execute(sql.text("schema"))

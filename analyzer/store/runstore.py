@@ -116,11 +116,12 @@ def read_results(run_dir: str | os.PathLike) -> list[tuple[dict, dict]]:
 
 
 def write_document(folder: str | os.PathLike, name: str, document: dict, **facts) -> None:
-    """An analysis of the run (a JSON-ready object) as ``<name>.json.zst``, and beside it
-    ``<name>.facts.json``: its size and what it was made with (``facts``, e.g. tokens)."""
+    """An analysis of the run (a JSON-ready object) as ``<name>.json.zst``, indented as the
+    CLI prints JSON (so that it prints as it is), and beside it ``<name>.facts.json``: its
+    size and what it was made with (``facts``, e.g. tokens)."""
     import pyarrow as pa
 
-    data = msgspec.json.encode(document)
+    data = msgspec.json.format(msgspec.json.encode(document), indent=2)
     (Path(folder) / f"{name}.json.zst").write_bytes(pa.compress(data, codec="zstd", asbytes=True))
     (Path(folder) / f"{name}.facts.json").write_bytes(msgspec.json.encode({"bytes": len(data), **facts}))
 

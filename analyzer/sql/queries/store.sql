@@ -28,3 +28,6 @@ SELECT $run_id::INTEGER AS run_id, * FROM read_parquet($files);
 -- Each rank's clock offset as ingest estimated it (clocks.sql's rank_clock).
 CREATE OR REPLACE TEMP TABLE rank_clock AS
 SELECT rank, clock_offset_ns FROM ranks WHERE run_id = $run_id;
+
+-- name: has_macros
+SELECT count(*) > 0 FROM duckdb_functions() WHERE function_name = 'interval_pieces';
