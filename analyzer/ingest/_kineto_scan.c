@@ -29,6 +29,12 @@
  *                strings (so "12" and 12 stay apart); the caller decodes them
  *   top          list of (key bytes, raw value bytes): the other top-level members
  *   gpu          whether an event of category "kernel" was seen
+ *   took         bytes, kept x len(take_keys) x int64: the values of the args keys given as
+ *                take_keys=[(key, 'i'|'f'|'p'), ...], read while scanning (integers as int64,
+ *                NULL_I64 when absent or out of range; floats as a double's bits, NaN when
+ *                absent or null), so that most events' args need no decoding
+ *   took_flags   bytes, kept x uint32: 1 when a taken value was not of its type (decode that
+ *                row to read it, or to refuse it); 1 << (1 + k) when presence key k is there
  *
  * Errors (ValueError, one line, with the byte offset) are the input's: invalid
  * JSON, a value nested deeper than max_depth, one event or member larger than
@@ -216,6 +222,13 @@ static int cache_grow(Cache *c) {
 
 /* ---- the scanner ---------------------------------------------------------------------- */
 
+#define MAX_TAKE 16
+#define NULL_I64 INT64_MIN
+/* took_flags bits: ODD, a taken key whose value is not of its type (an integer given as a
+ * float, a string, null ...: the caller decodes such rows itself, with their errors);
+ * then one bit per presence key (1 << (1 + its index)) */
+#define TOOK_ODD 1u
+
 enum {
     S_START, S_FIRST_KEY, S_KEY, S_COLON, S_MEMBER, S_MEMBER_SEP,
     S_EVENTS_OPEN, S_FIRST_EVENT, S_EVENT, S_EVENT_SEP, S_END
@@ -247,6 +260,13 @@ typedef struct {
     char **args_keys;       /* keep only these args keys (NULL: all of them) */
     Py_ssize_t *args_key_lens;
     Py_ssize_t n_args_keys;
+    /* args values read into columns while scanning (take_keys): per kept row, one int64
+     * slot per key (an integer, a double's bits, or NULL_I64) and a uint32 of flags */
+    char take_names[MAX_TAKE][64];
+    Py_ssize_t take_lens[MAX_TAKE];
+    char take_types[MAX_TAKE];  /* 'i' integer, 'f' float, 'p' presence only */
+    Py_ssize_t n_take;
+    Buf took, took_flags;
 } Scanner;
 
 static unsigned char DELIM[256], NUMERIC[256], WS[256];
@@ -551,6 +571,10 @@ static void drop_conditional(Scanner *s) {
             memcpy(s->dur.data + 8 * w, s->dur.data + 8 * i, 8);
             memcpy(s->astart.data + 8 * w, s->astart.data + 8 * i, 8);
             memcpy(s->alen.data + 8 * w, s->alen.data + 8 * i, 8);
+            if (s->n_take) {
+                memcpy(s->took.data + 8 * s->n_take * w, s->took.data + 8 * s->n_take * i, 8 * s->n_take);
+                memcpy(s->took_flags.data + 4 * w, s->took_flags.data + 4 * i, 4);
+            }
             s->cond.data[w] = 0;
         }
         w++;
@@ -559,6 +583,10 @@ static void drop_conditional(Scanner *s) {
     s->cond.len = w;
     s->cat.len = s->name.len = s->pid.len = s->tid.len = s->id.len = 4 * w;
     s->ts.len = s->dur.len = s->astart.len = s->alen.len = 8 * w;
+    if (s->n_take) {
+        s->took.len = 8 * s->n_take * w;
+        s->took_flags.len = 4 * w;
+    }
     /* the dropped rows' args stay in the args buffer until the end: compacting it
      * would cost a copy of everything kept; they are few (conditional rows keep args
      * only where the analyses read them) */
@@ -603,6 +631,123 @@ static int keep_args(Scanner *s, const char *p, const char *end) {
     return buf_push(&s->args, "}", 1);
 }
 
+static const char *skip_space(const char *p, const char *end);
+
+/* An integer token as msgspec reads it into int64 (out of range: NULL_I64); 0 when the
+ * token is no plain JSON integer (a float, leading zeros, a string, a literal). */
+static int take_int(const char *p, const char *end, int64_t *out) {
+    const char *q = p;
+    int neg = 0;
+    if (q < end && *q == '-') {
+        neg = 1;
+        q++;
+    }
+    if (q >= end || *q < '0' || *q > '9') return 0;
+    if (*q == '0' && q + 1 < end) return 0;  /* leading zeros: not JSON */
+    uint64_t v = 0;
+    int overflow = 0;
+    for (; q < end; q++) {
+        if (*q < '0' || *q > '9') return 0;
+        unsigned d = (unsigned)(*q - '0');
+        if (v > (UINT64_MAX - d) / 10) overflow = 1;
+        else v = v * 10 + d;
+    }
+    /* the int64 range without INT64_MIN itself, which marks "none" (columns._to_int) */
+    if (overflow || (!neg && v > (uint64_t)INT64_MAX) || (neg && v >= (uint64_t)INT64_MAX + 1)) *out = NULL_I64;
+    else *out = neg ? -(int64_t)v : (int64_t)v;
+    return 1;
+}
+
+/* A number token as a double (null: NaN); 0 when it is none of those. */
+static int take_float(const char *p, const char *end, double *out) {
+    Py_ssize_t len = end - p;
+    if (len == 4 && !memcmp(p, "null", 4)) {
+        *out = NAN;
+        return 1;
+    }
+    if (len <= 0 || len > 63) return 0;
+    /* JSON's number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)? */
+    const char *q = p;
+    if (q < end && *q == '-') q++;
+    if (q >= end) return 0;
+    if (*q == '0') q++;
+    else if (*q >= '1' && *q <= '9') while (q < end && *q >= '0' && *q <= '9') q++;
+    else return 0;
+    if (q < end && *q == '.') {
+        q++;
+        if (q >= end || *q < '0' || *q > '9') return 0;
+        while (q < end && *q >= '0' && *q <= '9') q++;
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < end && (*q == '+' || *q == '-')) q++;
+        if (q >= end || *q < '0' || *q > '9') return 0;
+        while (q < end && *q >= '0' && *q <= '9') q++;
+    }
+    if (q != end) return 0;
+    char tmp[64];
+    memcpy(tmp, p, len);
+    tmp[len] = 0;
+    char *stop;
+    double v = strtod(tmp, &stop);
+    if (*stop) return 0;
+    *out = v;
+    return 1;
+}
+
+/* An event's args object at p: its taken keys into the row's slots and flags, and its
+ * end (after the '}'), or NULL when it is not a well-formed object. Keys are compared as
+ * written (ours hold no escapes; a key that does is unescaped first); values are skipped
+ * by their first byte, nested ones with value_end: one pass, instead of finding the
+ * object's end first and reading it again. */
+static const char *take_args(Scanner *s, const char *p, const char *end, int64_t *slots, uint32_t *flags) {
+    const char *q = skip_space(p + 1, end);
+    if (q < end && *q == '}') return q + 1;
+    for (;;) {
+        if (q >= end || *q != '"') return NULL;
+        const char *kend = string_end(q, end);
+        if (!kend) return NULL;
+        const char *key = q + 1;
+        Py_ssize_t klen = kend - 1 - key;
+        char unescaped[64];
+        if (memchr(key, '\\', klen)) {
+            Cursor c = {q, kend, NULL};
+            klen = read_key(&c, unescaped);
+            if (klen == -2) return NULL;
+            key = unescaped;
+        }
+        q = skip_space(kend, end);
+        if (q >= end || *q != ':') return NULL;
+        q = skip_space(q + 1, end);
+        if (q >= end) return NULL;
+        int need = 0;
+        const char *bad = NULL;
+        const char *vend = *q == '"' ? string_end(q, end) : value_end(q, end, s->max_depth, 1, &need, &bad);
+        if (!vend) return NULL;
+        for (Py_ssize_t k = 0; k < s->n_take && klen >= 0; k++) {
+            if (s->take_lens[k] != klen || memcmp(s->take_names[k], key, klen)) continue;
+            if (s->take_types[k] == 'p') {
+                *flags |= 1u << (1 + k);
+            } else if (s->take_types[k] == 'i') {
+                int64_t v;
+                if (take_int(q, vend, &v)) slots[k] = v;
+                else *flags |= TOOK_ODD;
+            } else {
+                double v;
+                if (take_float(q, vend, &v)) memcpy(&slots[k], &v, 8);
+                else *flags |= TOOK_ODD;
+            }
+        }
+        q = skip_space(vend, end);
+        if (q < end && *q == ',') {
+            q = skip_space(q + 1, end);
+            continue;
+        }
+        if (q < end && *q == '}') return q + 1;
+        return NULL;
+    }
+}
+
 static int scan_event(Scanner *s, const char *p, const char *end) {
     Cursor c = {p, end, NULL};
     unsigned char ph = 0;
@@ -611,6 +756,16 @@ static int scan_event(Scanner *s, const char *p, const char *end) {
     double ts = NAN, dur = NAN;
     const char *args = NULL;
     Py_ssize_t args_len = 0;
+    int64_t slots[MAX_TAKE];
+    uint32_t took_flags = 0;
+    for (Py_ssize_t k = 0; k < s->n_take; k++) {
+        if (s->take_types[k] == 'f') {
+            double nan = NAN;
+            memcpy(&slots[k], &nan, 8);
+        } else {
+            slots[k] = NULL_I64;
+        }
+    }
     take(&c, '{');
     skip_ws(&c);
     if (c.p < c.end && *c.p == '}') {
@@ -685,12 +840,21 @@ static int scan_event(Scanner *s, const char *p, const char *end) {
                     c.bad = "not a Kineto trace: an event's args is not an object";
                     break;
                 }
-                int need = 0;
-                const char *bad = NULL;
-                const char *e = value_end(c.p, c.end, s->max_depth, 1, &need, &bad);
-                if (!e) {
-                    c.bad = bad ? bad : "invalid JSON in an event's args";
-                    break;
+                const char *e;
+                if (*c.p == '{' && s->n_take) {  /* the end, and the taken keys, in one pass */
+                    e = take_args(s, c.p, c.end, slots, &took_flags);
+                    if (!e) {
+                        c.bad = "invalid JSON in an event's args";
+                        break;
+                    }
+                } else {
+                    int need = 0;
+                    const char *bad = NULL;
+                    e = value_end(c.p, c.end, s->max_depth, 1, &need, &bad);
+                    if (!e) {
+                        c.bad = bad ? bad : "invalid JSON in an event's args";
+                        break;
+                    }
                 }
                 if (*c.p == '{') {
                     args = c.p;
@@ -749,6 +913,12 @@ static int scan_event(Scanner *s, const char *p, const char *end) {
         buf_push(&s->alen, &alen, 8) || buf_push(&s->cond, &cond, 1)) {
         PyErr_NoMemory();
         return -1;
+    }
+    if (s->n_take) {
+        if (buf_push(&s->took, slots, 8 * s->n_take) || buf_push(&s->took_flags, &took_flags, 4)) {
+            PyErr_NoMemory();
+            return -1;
+        }
     }
     return 0;
 }
@@ -970,7 +1140,8 @@ static PyObject *Scanner_finish(Scanner *s, PyObject *unused) {
         put(d, "pid", bytes_of(&s->pid)) || put(d, "tid", bytes_of(&s->tid)) || put(d, "id", bytes_of(&s->id)) ||
         put(d, "ts", bytes_of(&s->ts)) || put(d, "dur", bytes_of(&s->dur)) ||
         put(d, "args_start", bytes_of(&s->astart)) || put(d, "args_len", bytes_of(&s->alen)) ||
-        put(d, "args", bytes_of(&s->args)) || put(d, "gpu", PyBool_FromLong(s->gpu)))
+        put(d, "args", bytes_of(&s->args)) || put(d, "gpu", PyBool_FromLong(s->gpu)) ||
+        put(d, "took", bytes_of(&s->took)) || put(d, "took_flags", bytes_of(&s->took_flags)))
         goto fail;
     Py_INCREF(s->top);
     if (put(d, "top", s->top)) goto fail;
@@ -982,7 +1153,7 @@ fail:
 
 static void free_all(Scanner *s) {
     Buf *bufs[] = {&s->pending, &s->ph, &s->cat, &s->name, &s->pid, &s->tid, &s->id, &s->ts, &s->dur,
-                   &s->astart, &s->alen, &s->cond, &s->args, &s->tokens.order};
+                   &s->astart, &s->alen, &s->cond, &s->args, &s->tokens.order, &s->took, &s->took_flags};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         free(bufs[i]->data);
         memset(bufs[i], 0, sizeof(Buf));
@@ -1000,6 +1171,7 @@ static void free_all(Scanner *s) {
     s->args_keys = NULL;
     s->args_key_lens = NULL;
     s->n_args_keys = 0;
+    s->n_take = 0;
 }
 
 static void Scanner_dealloc(Scanner *s) {
@@ -1010,11 +1182,12 @@ static void Scanner_dealloc(Scanner *s) {
 }
 
 static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
-    static char *kw[] = {"keep", "max_value_bytes", "max_depth", "max_tokens", "args_keys", NULL};
-    PyObject *keep, *keys = Py_None;
+    static char *kw[] = {"keep", "max_value_bytes", "max_depth", "max_tokens", "args_keys", "take_keys", NULL};
+    PyObject *keep, *keys = Py_None, *take_keys = Py_None;
     Py_ssize_t max_value = 256 << 20, max_tokens = 10000000;
     int max_depth = 256;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|ninO", kw, &keep, &max_value, &max_depth, &max_tokens, &keys))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|ninOO", kw, &keep, &max_value, &max_depth, &max_tokens, &keys,
+                                     &take_keys))
         return -1;
     if (!PyCallable_Check(keep)) {
         PyErr_SetString(PyExc_TypeError, "keep must be callable");
@@ -1070,6 +1243,31 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
             s->args_key_lens[i] = len;
             s->n_args_keys = i + 1;
         }
+        Py_DECREF(seq);
+    }
+    if (take_keys != Py_None) {
+        PyObject *seq = PySequence_Fast(take_keys, "take_keys must be a sequence of (bytes, type) pairs");
+        if (!seq) return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n > MAX_TAKE) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "at most 16 take_keys");
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const char *name, *type;
+            Py_ssize_t len, tlen;
+            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "y#s#", &name, &len, &type, &tlen) || len > 63 ||
+                tlen != 1 || (type[0] != 'i' && type[0] != 'f' && type[0] != 'p')) {
+                Py_DECREF(seq);
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "take_keys: (key of at most 63 bytes, 'i'|'f'|'p')");
+                return -1;
+            }
+            memcpy(s->take_names[i], name, len);
+            s->take_lens[i] = len;
+            s->take_types[i] = type[0];
+        }
+        s->n_take = n;
         Py_DECREF(seq);
     }
     return 0;
@@ -1137,6 +1335,41 @@ done:
     return out;
 }
 
+/* concat(buffer, starts, lengths) -> the ranges back to back: the data of a string
+ * column whose offsets are the running sum of lengths (the args column). */
+static PyObject *concat(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data, starts, lengths;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &data, &starts, &lengths)) return NULL;
+    Py_ssize_t n = starts.len / 8;
+    const int64_t *st = starts.buf, *ln = lengths.buf;
+    PyObject *out = NULL;
+    if (lengths.len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths differ in length");
+        goto done;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (st[i] < 0 || ln[i] < 0 || st[i] + ln[i] > data.len) {
+            PyErr_SetString(PyExc_ValueError, "range outside the buffer");
+            goto done;
+        }
+        total += ln[i];
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    char *w = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(w, (const char *)data.buf + st[i], ln[i]);
+        w += ln[i];
+    }
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&lengths);
+    return out;
+}
+
 /* depth(buffer, limit) -> bool: whether the JSON text nests at most ``limit`` levels
  * (brackets counted outside strings): the same check the scanner applies, for text
  * decoded by msgspec (the manifest, the msgspec decoder's whole document). */
@@ -1171,6 +1404,7 @@ static PyObject *depth_ok(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "One JSON array of the raw args at (starts, lengths)."},
+    {"concat", concat, METH_VARARGS, "The ranges (starts, lengths) of a buffer back to back."},
     {"depth_ok", depth_ok, METH_VARARGS, "Whether JSON text nests at most limit levels."},
     {NULL, NULL, 0, NULL},
 };

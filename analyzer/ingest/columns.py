@@ -61,6 +61,16 @@ def raw_json(raws: list) -> pa.Array:
     )
 
 
+def json_column(lengths: np.ndarray, data: bytes) -> pa.Array:
+    """A string array of raw JSON values laid back to back in ``data`` with ``lengths``
+    (``raw_json`` without a Python object per value); ``{}`` or empty → null."""
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(pa.large_string(), len(lengths),
+                                 [_validity(lengths > 2), pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
 def intern(values: list) -> tuple[np.ndarray, list]:
     """Codes (int32) of each value and the list of distinct values, in first-seen order."""
     distinct = list(dict.fromkeys(values))  # C-speed dedup keeps first-seen order

@@ -8,6 +8,7 @@ compute assignment with NumPy. No Python loop runs per event.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from operator import attrgetter
@@ -27,7 +28,7 @@ from overlapscope.analyzer.ingest.inputs import TraceSource, rank_from_name
 from overlapscope.analyzer.ingest.frames import Frame, frame
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 from overlapscope.analyzer.ingest.kineto import (
-    CORRELATION_DECODER, DEVICE_ARGS_DECODER, HOST_ARGS_DECODER, LAUNCH_DECODER, MEMORY_ARGS_DECODER,
+    CORRELATION_DECODER, DEVICE_ARGS_DECODER, HOST_ARGS_DECODER, LAUNCH_DECODER, MEMORY_ARGS_DECODER, OP_ARGS_DECODER,
     META_ARGS_DECODER,
 )
 
@@ -112,6 +113,12 @@ def _track_names(meta_evs: list) -> dict:
 
 
 def _tensor_sizes(raw) -> tuple[int, int]:
+    """``_shapes_of`` of an op's ``Input Dims`` (launches of one bucket repeat theirs: cached)."""
+    return _shapes_of(bytes(raw)) if len(raw) else (NULL, NULL)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shapes_of(raw: bytes) -> tuple[int, int]:
     """(largest, smallest) tensor of a gloo span / c10d op, in elements, from ``Input Dims``.
 
     The largest is the collective's full buffer (nccl-tests' size: an all-gather's
@@ -140,8 +147,11 @@ def _tensor_sizes(raw) -> tuple[int, int]:
 
 
 def _first_type(raw) -> str | None:
-    if not len(raw):
-        return None
+    return _first_type_of(bytes(raw)) if len(raw) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _first_type_of(raw: bytes) -> str | None:
     try:
         types = json.loads(bytes(raw))
     except (ValueError, RecursionError):
@@ -192,7 +202,7 @@ def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool =
 def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
     """Classify the frame's events and build the rank's tables."""
     full = detail == "full"
-    counts, gpu_trace, args_of = fr.counts, fr.gpu_trace, fr.args
+    counts, gpu_trace = fr.counts, fr.gpu_trace
     n, names, name_codes, cats, cat_codes = fr.n, fr.names, fr.name_codes, fr.cats, fr.cat_codes
     track_codes, track_keys, ts_ns, dur_ns = fr.track_codes, fr.track_keys, fr.ts_ns, fr.dur_ns
 
@@ -211,11 +221,10 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
     host_rows = np.flatnonzero(~is_device_cat & np.isin(kind, host_kinds))
     device_rows = np.flatnonzero(is_device_cat)
     if detail == "overlap":
-        coll = _fill_args_overlap(fr.args_json, device_rows, host_rows, cols, kind, names, name_codes)
-        named = np.array(coll["event_id"], dtype=np.int64)
+        coll = _fill_args_overlap(fr, device_rows, host_rows, cols, kind, names, name_codes)
     else:
-        coll = _fill_args(fr.args_json, device_rows, host_rows, cols, kind, names, name_codes)
-        named = np.array(coll["event_id"], dtype=np.int64)
+        coll = _fill_args(fr, device_rows, host_rows, cols, kind, names, name_codes)
+    named = np.array(coll["event_id"], dtype=np.int64)
     # Collective kernels named differently from every rule still carry "Collective name".
     if gpu_trace and len(named):
         has_coll = np.zeros(n, dtype=bool)
@@ -247,7 +256,7 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
         "device": col.int64(cols.device[keep]),
         "launch_ts_ns": col.int64(launch_ts[keep]),
         "flops": col.float64(cols.flops[keep]),
-        **({"args": col.raw_json(args_of(np.arange(n)))} if full else {}),
+        **({"args": fr.args_column(np.arange(n))} if full else {}),
     })
     meta.update(device_kind="gpu" if gpu_trace else "cpu", parallelism_seen=classify.parallelism_seen(names))
     return RankData(
@@ -255,7 +264,7 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
         events=events,
         tracks=tracks["table"],
         collectives=_collectives_table(coll),
-        flows=_flows_table(fr.flows, track_keys),
+        flows=_flows_table(fr.flows),
         memory=_memory_table(fr.args_json, np.flatnonzero(is_memory), ts_ns, track_codes),
         roles=_roles_table(names, name_codes, kind, detail),
         counts=counts,
@@ -286,67 +295,95 @@ class _CollectiveRows:
         rows["elements"].append(sizes[0])
         rows["min_elements"].append(sizes[1])
 
-    def add_kernels(self, device_rows, dargs, kind, names, name_codes) -> None:
+    def extend(self, rows: list[int], args: list, collectives: list, dtypes: list, sizes: list) -> None:
+        """Many rows at once (the comm launches of a trace: column by column, not row by row)."""
+        out = self.rows
+        out["event_id"] += rows
+        out["collective"] += collectives
+        for field_name in ("in_elems", "out_elems", "group_size", "pg_name", "pg_desc"):
+            out[field_name] += list(map(attrgetter(field_name), args))
+        out["dtype"] += dtypes
+        out["pg_ranks"] += [bytes(a.pg_ranks).decode() if len(a.pg_ranks) else None for a in args]
+        out["elements"] += [z[0] for z in sizes]
+        out["min_elements"] += [z[1] for z in sizes]
+
+    def add_kernels(self, rows, dargs, names, name_codes) -> None:
         """Collective kernels (and any kernel naming a collective): one Python step per collective."""
-        named = np.fromiter((a.collective is not None for a in dargs), dtype=bool, count=len(dargs))
-        for j in np.flatnonzero(named | (kind[device_rows] == KIND_CODE["comm"])).tolist():
-            i, a = int(device_rows[j]), dargs[j]
+        for i, a in zip(rows.tolist(), dargs):
             self.add(i, a, a.collective or classify.kernel_collective(names[name_codes[i]]))
 
 
-def _fill_args_overlap(args_json, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
+def _take(fr: Frame, cols: _Columns, rows: np.ndarray, fields: tuple[str, ...], decoder) -> None:
+    """``fields`` of ``rows`` from the values the decoder read while scanning (frames.TAKE_KEYS);
+    its odd rows (a value of another type) are decoded with ``decoder``, which reads strings
+    of digits and refuses the rest (one line, decode_source)."""
+    if not len(rows):
+        return
+    for name in fields:
+        getattr(cols, name)[rows] = fr.took[name][rows]
+    odd = rows[fr.took_odd[rows]]
+    if len(odd):
+        decoded = decoder.decode(fr.args_json(odd))
+        for name in fields:
+            values = list(map(attrgetter(name), decoded))
+            getattr(cols, name)[odd] = (np.array(values, dtype=np.float64) if name == "flops"
+                                        else col.optional_ints(values))
+
+
+def _collective_kernels(fr: Frame, device_rows, kind, coll: _CollectiveRows, names, name_codes) -> None:
+    """Rows of the kernels that run a collective (comm kernels, or any naming one): decoded whole."""
+    rows = device_rows[fr.took["collective"][device_rows] | (kind[device_rows] == KIND_CODE["comm"])]
+    if len(rows):
+        coll.add_kernels(rows, DEVICE_ARGS_DECODER.decode(fr.args_json(rows)), names, name_codes)
+
+
+def _fill_args_overlap(fr: Frame, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
     """The overlap detail's args: correlation ids, and the collective kernels' rows (kind,
     group, sizes: what matches one collective across ranks for the clock and the waits)."""
     coll = _CollectiveRows()
-    if len(device_rows):
-        dargs = DEVICE_ARGS_DECODER.decode(args_json(device_rows))
-        cols.correlation[device_rows] = col.optional_ints(list(map(attrgetter("correlation"), dargs)))
-        coll.add_kernels(device_rows, dargs, kind, names, name_codes)
-    runtime = host_rows[kind[host_rows] == KIND_CODE["runtime"]]
-    if len(runtime):
-        rargs = CORRELATION_DECODER.decode(args_json(runtime))
-        cols.correlation[runtime] = col.optional_ints(list(map(attrgetter("correlation"), rargs)))
+    _take(fr, cols, device_rows, ("correlation",), DEVICE_ARGS_DECODER)
+    _collective_kernels(fr, device_rows, kind, coll, names, name_codes)
+    _take(fr, cols, host_rows[kind[host_rows] == KIND_CODE["runtime"]], ("correlation",), CORRELATION_DECODER)
     return coll.rows
 
 
-def _fill_args(args_json, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
-    """Decode the args of device and host events by class; return collective rows."""
+def _fill_args(fr: Frame, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:
+    """The args of device and host events by class; return collective rows. Ids and FLOP
+    counts come as the decoder read them; comm launches and matmuls (sizes, groups,
+    shapes) and collective kernels decode whole."""
     rows = _CollectiveRows()
-    add_coll, coll = rows.add, rows.rows
-    if len(device_rows):
-        dargs = DEVICE_ARGS_DECODER.decode(args_json(device_rows))
-        for name in ("correlation", "external_id", "stream", "device"):
-            getattr(cols, name)[device_rows] = col.optional_ints(list(map(attrgetter(name), dargs)))
-        rows.add_kernels(device_rows, dargs, kind, names, name_codes)
-    runtime = host_rows[kind[host_rows] == KIND_CODE["runtime"]]
-    if len(runtime):  # launches: their two ids, without decoding them as ops
-        largs = LAUNCH_DECODER.decode(args_json(runtime))
-        for name in ("correlation", "external_id"):
-            getattr(cols, name)[runtime] = col.optional_ints(list(map(attrgetter(name), largs)))
-        del largs
+    coll = rows.rows
+    _take(fr, cols, device_rows, ("correlation", "external_id", "stream", "device"), DEVICE_ARGS_DECODER)
+    _collective_kernels(fr, device_rows, kind, rows, names, name_codes)
+    _take(fr, cols, host_rows[kind[host_rows] == KIND_CODE["runtime"]], ("correlation", "external_id"),
+          LAUNCH_DECODER)
     host_rows = host_rows[kind[host_rows] != KIND_CODE["runtime"]]
+    matmul_names = [i for i, n in enumerate(names) if n in FLOP_OPS]
+    whole = np.isin(kind[host_rows], [KIND_CODE["comm"], KIND_CODE["comm_launch"]]) | \
+        np.isin(name_codes[host_rows], matmul_names)
+    _take(fr, cols, host_rows[~whole], ("correlation", "external_id", "flops"), OP_ARGS_DECODER)
+    host_rows = host_rows[whole]
     if len(host_rows):
-        hargs = HOST_ARGS_DECODER.decode(args_json(host_rows))
+        hargs = HOST_ARGS_DECODER.decode(fr.args_json(host_rows))
         for name in ("correlation", "external_id"):
             getattr(cols, name)[host_rows] = col.optional_ints(list(map(attrgetter(name), hargs)))
         flops = list(map(attrgetter("flops"), hargs))
         cols.flops[host_rows] = np.array(flops, dtype=np.float64)  # None -> nan
         # Newer profilers record shapes but no FLOP count: derive it for matmuls.
-        matmul_names = [i for i, n in enumerate(names) if n in FLOP_OPS]
         if matmul_names:
             for j in np.flatnonzero(np.isin(name_codes[host_rows], matmul_names)).tolist():
                 i = int(host_rows[j])
                 if math.isnan(cols.flops[i]):
                     f = matmul_flops(names[name_codes[i]], bytes(hargs[j].input_dims))
                     cols.flops[i] = math.nan if f is None else f
-        comm_like = np.isin(kind[host_rows], [KIND_CODE["comm"], KIND_CODE["comm_launch"]])
-        for j in np.flatnonzero(comm_like):
-            i, a = int(host_rows[j]), hargs[j]
-            name = names[name_codes[i]]
-            collective = a.collective or name.split(":")[-1].lstrip("_") or None
-            if a.dtype is None:
-                a.dtype = _first_type(a.input_type)
-            add_coll(i, a, collective, _tensor_sizes(a.input_dims))
+        picked = np.flatnonzero(np.isin(kind[host_rows], [KIND_CODE["comm"], KIND_CODE["comm_launch"]])).tolist()
+        launches = [hargs[j] for j in picked]
+        event_ids = host_rows[picked].tolist()
+        op_names = [names[c] for c in name_codes[event_ids].tolist()]
+        rows.extend(event_ids, launches,
+                    [a.collective or n.split(":")[-1].lstrip("_") or None for a, n in zip(launches, op_names)],
+                    [a.dtype if a.dtype is not None else _first_type(a.input_type) for a in launches],
+                    [_tensor_sizes(a.input_dims) for a in launches])
     return coll
 
 
@@ -491,17 +528,18 @@ def _collectives_table(coll: dict) -> pa.Table:
     })
 
 
-def _flows_table(flows: dict, track_keys: list) -> pa.Table:
-    """Flow events (full detail only; an empty table otherwise)."""
-    track_index = {k: i for i, k in enumerate(track_keys)}
-    ph_codes, ph_vals = col.intern(flows.get("ph", []))
-    cat_codes, cat_vals = col.intern(flows.get("cat", []))
+def _flows_table(flows: dict) -> pa.Table:
+    """Flow events (full detail only; an empty table otherwise): frames' flow columns."""
+    if not flows:
+        flows = {"flow_id": np.zeros(0, dtype=np.int64), "cat_codes": np.zeros(0, dtype=np.int32), "cats": [],
+                 "ph_codes": np.zeros(0, dtype=np.int32), "phs": [], "ts_ns": np.zeros(0, dtype=np.int64),
+                 "track_id": np.zeros(0, dtype=np.int64)}
     return pa.table({
-        "flow_id": col.int64(col.optional_ints(flows.get("flow_id", []))),
-        "cat": col.dictionary(cat_codes, cat_vals),
-        "ph": col.dictionary(ph_codes, ph_vals),
-        "ts_ns": col.int64(flows.get("ts_ns", np.zeros(0, dtype=np.int64))),
-        "track_id": col.int64(np.array([track_index.get(k, NULL) for k in flows.get("keys", [])], dtype=np.int64)),
+        "flow_id": col.int64(flows["flow_id"]),
+        "cat": col.dictionary(flows["cat_codes"], flows["cats"]),
+        "ph": col.dictionary(flows["ph_codes"], flows["phs"]),
+        "ts_ns": col.int64(flows["ts_ns"]),
+        "track_id": col.int64(flows["track_id"]),
     })
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -29,7 +30,7 @@ import numpy as np
 from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest import classify, columns as col, stream
 from overlapscope.analyzer.ingest.kineto import (
-    ARGS_KEYS, FLOW_TYPES, HEADER_DECODER, TRACE_DECODER, FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
+    ARGS_KEYS, FLOW_TYPES, HEADER_DECODER, TAKEN_ARGS_DECODER, TRACE_DECODER, FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
 )
 from overlapscope.analyzer.ingest.limits import Limits
 
@@ -79,10 +80,68 @@ class Frame:
     dur_ns: np.ndarray
     args: Callable[[np.ndarray], list]  # raw JSON args of the given slice rows
     args_json: Callable[[np.ndarray], bytes]  # the same, as one JSON array (for one msgspec decode)
+    args_column: Callable[[np.ndarray], object]  # the same, as an Arrow string column (the stored args)
+    took: dict  # TAKE_KEYS' values per slice row (int64 NULL_I64 / float64 NaN / bool), read while scanning
+    took_odd: np.ndarray  # per slice row: a taken value of another type (decode the row to read or refuse it)
     gpu_trace: bool
-    flows: dict = field(default_factory=dict)  # flow_id, cat, ph, ts_ns, pid/tid keys
+    flows: dict = field(default_factory=dict)  # _flow_columns: flow_id, cat, ph, ts_ns, track_id
     meta_events: list = field(default_factory=list)
     counts: dict = field(default_factory=dict)  # events, slices, flows, ignored, dropped {reason: n}
+
+
+# Args values read into columns while scanning, so that most events' args need no decoding:
+# (field, key, 'i' integer | 'f' float | 'p' present). An integer is a plain JSON integer
+# (outside int64: none, as columns._to_int reads it); a float a number or null; any other
+# value of these keys makes its row odd (decode.py decodes odd rows, with their errors).
+TAKE_KEYS = (("correlation", "correlation", "i"), ("external_id", "External id", "i"), ("stream", "stream", "i"),
+             ("device", "device", "i"), ("flops", "flops", "f"), ("collective", "Collective name", "p"))
+_PLAIN_INT = re.compile(rb"-?(?:0|[1-9][0-9]*)")
+_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+
+
+def _taken(scanned_took: bytes, flags: bytes, rows: np.ndarray) -> tuple[dict, np.ndarray]:
+    """The scanner's taken values of ``rows`` as columns, and which rows are odd."""
+    slots = np.frombuffer(scanned_took, dtype=np.int64).reshape(-1, len(TAKE_KEYS))[rows]
+    bits = np.frombuffer(flags, dtype=np.uint32)[rows]
+    took = {}
+    for k, (field_name, _, kind) in enumerate(TAKE_KEYS):
+        if kind == "i":
+            took[field_name] = np.ascontiguousarray(slots[:, k])
+        elif kind == "f":
+            took[field_name] = np.ascontiguousarray(slots[:, k]).view(np.float64)
+        else:
+            took[field_name] = (bits & (1 << (1 + k))) != 0
+    return took, (bits & 1) != 0
+
+
+def taken_of(raws: list) -> tuple[dict, np.ndarray]:
+    """``_taken`` for the msgspec decoder: the same keys of each row's raw args, read as the
+    scanner reads them (one decode call; a Python step per row: this is the fallback)."""
+    decoded = TAKEN_ARGS_DECODER.decode(b"[" + b",".join(raws) + b"]") if raws else []
+    n = len(decoded)
+    took = {f: (np.full(n, col.NULL_I64, np.int64) if k == "i" else np.full(n, np.nan) if k == "f"
+                else np.zeros(n, dtype=bool)) for f, _, k in TAKE_KEYS}
+    odd = np.zeros(n, dtype=bool)
+    for i, a in enumerate(decoded):
+        for field_name, _, kind in TAKE_KEYS:
+            raw = bytes(getattr(a, field_name))
+            if not raw:
+                continue
+            if kind == "p":
+                took[field_name][i] = True
+            elif kind == "i":
+                if _PLAIN_INT.fullmatch(raw):
+                    v = int(raw)
+                    took[field_name][i] = v if col.NULL_I64 < v <= 2**63 - 1 else col.NULL_I64
+                else:
+                    odd[i] = True
+            elif raw == b"null":
+                took[field_name][i] = np.nan
+            elif _NUMBER.fullmatch(raw):
+                took[field_name][i] = float(raw)
+            else:
+                odd[i] = True
+    return took, odd
 
 
 def keep_mode(detail: str, ph: str, cat: str, name: str) -> int:
@@ -148,6 +207,8 @@ def _tracks(pid_codes, pids, tid_codes, tids) -> tuple[np.ndarray, list]:
 
 def _check_ids(values: list, where: str, what: str) -> None:
     """pid, tid and flow ids are integers or strings (as the msgspec decoder types them)."""
+    if {type(v) for v in values} <= {int, str}:  # one pass in C; bool and float are other types
+        return
     for v in values:
         if not isinstance(v, (int, str)) or isinstance(v, bool):
             raise InputError(where, f"not a Kineto trace: an event's {what} is {v!r}, not an integer or a string")
@@ -184,6 +245,17 @@ def _token_value(tok: bytes):
         return float(tok)
 
 
+def _token_values(tokens: list, ids: list[int]) -> list:
+    """``_token_value`` of many tokens in one msgspec call (flow ids are one token each);
+    token by token where one does not decode as JSON text (invalid UTF-8 is replaced)."""
+    if len(ids) < 64:
+        return [_token_value(tokens[t]) for t in ids]
+    try:
+        return msgspec.json.decode(b"[" + b",".join([tokens[t] for t in ids]) + b"]")
+    except msgspec.DecodeError:
+        return [_token_value(tokens[t]) for t in ids]
+
+
 def _dense(token_ids: np.ndarray, tokens: list, missing) -> tuple[np.ndarray, list]:
     """Dense codes of token ids and their values (-1: ``missing``), without a sort:
     token ids are small integers, so a presence table numbers them in O(n)."""
@@ -192,7 +264,8 @@ def _dense(token_ids: np.ndarray, tokens: list, missing) -> tuple[np.ndarray, li
     present[shifted] = True
     distinct = np.flatnonzero(present)
     remap = np.cumsum(present, dtype=np.int64) - 1
-    values = [missing if t == 0 else _token_value(tokens[t - 1]) for t in distinct.tolist()]
+    ids = (distinct[distinct > 0] - 1).tolist()
+    values = ([missing] if len(distinct) and distinct[0] == 0 else []) + _token_values(tokens, ids)
     return remap[shifted].astype(np.int32), values
 
 
@@ -219,7 +292,8 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     """A Frame from the streaming C scanner."""
     scanner = _kineto_scan.Scanner(_scanner_keep(detail), max_value_bytes=limits.max_value_bytes,
                                    max_depth=limits.max_depth, max_tokens=limits.max_tokens,
-                                   args_keys=ARGS_KEYS[detail])
+                                   args_keys=ARGS_KEYS[detail],
+                                   take_keys=[(key.encode(), kind) for _, key, kind in TAKE_KEYS])
     try:
         for piece in stream.chunks(path, member, where, limits):
             scanner.feed(piece)
@@ -275,24 +349,17 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
         picked = slice_rows[np.asarray(rows, dtype=np.int64)]
         return _kineto_scan.gather(arena, np.ascontiguousarray(starts[picked]), np.ascontiguousarray(lengths[picked]))
 
+    def args_column(rows):
+        picked = slice_rows[np.asarray(rows, dtype=np.int64)]
+        run_lengths = np.ascontiguousarray(lengths[picked])
+        return col.json_column(run_lengths, _kineto_scan.concat(arena, np.ascontiguousarray(starts[picked]),
+                                                                run_lengths))
+
     flows = {}
     if detail == "full":
-        values = {}
-        for t in np.unique(np.concatenate([np.frombuffer(scanned["id"], dtype=np.int32)[flow_rows], pid[flow_rows],
-                                           tid[flow_rows], cat[flow_rows]])).tolist():
-            if t >= 0:
-                values[t] = _token_value(tokens[t])
-        ids = np.frombuffer(scanned["id"], dtype=np.int32)[flow_rows].tolist()
-        flow_ids = [values.get(t) for t in ids]
-        _check_ids([v for v in flow_ids if v is not None], where, "flow id")
-        flows = {
-            "flow_id": flow_ids,
-            "cat": [values.get(t, "") for t in cat[flow_rows].tolist()],
-            "ph": [chr(c) for c in ph[flow_rows].tolist()],
-            "ts_ns": ts_ns(ts[flow_rows]),
-            "keys": [(values.get(p, 0), values.get(t, 0)) for p, t in zip(pid[flow_rows].tolist(),
-                                                                          tid[flow_rows].tolist())],
-        }
+        ids = np.frombuffer(scanned["id"], dtype=np.int32)[flow_rows]
+        flows = _flow_columns(where, tokens, ids, cat[flow_rows], ph[flow_rows], pid[flow_rows], tid[flow_rows],
+                              ts_ns(ts[flow_rows]), track_keys)
     meta_events = [
         MetaEvent(_token_value(tokens[name[r]]) if name[r] >= 0 else "",
                   _token_value(tokens[pid[r]]) if pid[r] >= 0 else 0,
@@ -311,9 +378,42 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     return Frame(
         header=header, n=len(slice_rows), name_codes=name_codes, names=names, cat_codes=cat_codes, cats=cats,
         track_codes=track_codes, track_keys=track_keys, ts_ns=ts_ns(ts[slice_rows]), dur_ns=dur_ns(dur_us),
-        args=args, args_json=args_json, gpu_trace=bool(scanned["gpu"]), flows=flows, meta_events=meta_events,
+        args=args, args_json=args_json, args_column=args_column,
+        **dict(zip(("took", "took_odd"), _taken(scanned["took"], scanned["took_flags"], slice_rows))),
+        gpu_trace=bool(scanned["gpu"]), flows=flows, meta_events=meta_events,
         counts=counts,
     )
+
+
+def _flow_columns(where: str, tokens: list, ids, cats, phs, pids, tids, ts, track_keys: list) -> dict:
+    """The flow events' columns from the scanner's token ids, one lookup per distinct token
+    (flows are as many as launches: no Python step per flow)."""
+    def decoded(codes: np.ndarray, missing):
+        distinct, inverse = np.unique(codes, return_inverse=True)
+        ids = distinct[distinct >= 0].tolist()
+        return [missing] * int(np.count_nonzero(distinct < 0)) + _token_values(tokens, ids), inverse
+
+    id_values, id_of = decoded(ids, None)
+    _check_ids([v for v in id_values if v is not None], where, "flow id")
+    cat_values, cat_of = decoded(cats, "")
+    ph_values, ph_of = np.unique(phs, return_inverse=True)
+    pairs = (pids.astype(np.int64) << 32) | (tids.astype(np.int64) & 0xFFFFFFFF)
+    distinct_pairs, pair_of = np.unique(pairs, return_inverse=True)
+    track_index = {k: i for i, k in enumerate(track_keys)}
+    wanted = [t for t in np.unique(np.concatenate([pids, tids])).tolist() if t >= 0]
+    value_of = dict(zip(wanted, _token_values(tokens, wanted)))
+    def low(pair: int) -> int:  # the tid token, sign included (-1: none)
+        return ((pair & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000
+
+    track_of_pair = [track_index.get((value_of.get(p >> 32, 0), value_of.get(low(p), 0)), col.NULL_I64)
+                     for p in distinct_pairs.tolist()]
+    return {
+        "flow_id": col.optional_ints(id_values)[id_of] if len(ids) else np.zeros(0, dtype=np.int64),
+        "cat_codes": np.asarray(cat_of, dtype=np.int32), "cats": [str(v) for v in cat_values],
+        "ph_codes": np.asarray(ph_of, dtype=np.int32), "phs": [chr(c) for c in ph_values.tolist()],
+        "ts_ns": ts,
+        "track_id": np.array(track_of_pair, dtype=np.int64)[pair_of] if len(ids) else np.zeros(0, dtype=np.int64),
+    }
 
 
 def _dropped_text(dropped: dict) -> str:
@@ -406,18 +506,25 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits) -> Frame:
     pid_codes, pids = col.intern([0 if e.pid is None else e.pid for e in slices])
     tid_codes, tids = col.intern([0 if e.tid is None else e.tid for e in slices])
     track_codes, track_keys = _tracks(pid_codes, pids, tid_codes, tids)
-    flows = {
-        "flow_id": [e.id for e in flow_evs], "cat": [e.cat or "" for e in flow_evs],
-        "ph": [_FLOW_PH[type(e)] for e in flow_evs],
-        "ts_ns": ts_ns(flow_ts),
-        "keys": [(0 if e.pid is None else e.pid, 0 if e.tid is None else e.tid) for e in flow_evs],
-    } if detail == "full" else {}
+    flows = {}
+    if detail == "full":
+        track_index = {k: i for i, k in enumerate(track_keys)}
+        cat_of, flow_cats = col.intern([e.cat or "" for e in flow_evs])
+        ph_of, flow_phs = col.intern([_FLOW_PH[type(e)] for e in flow_evs])
+        flows = {
+            "flow_id": col.optional_ints([e.id for e in flow_evs]), "cat_codes": cat_of, "cats": flow_cats,
+            "ph_codes": ph_of, "phs": flow_phs, "ts_ns": ts_ns(flow_ts),
+            "track_id": np.array([track_index.get((0 if e.pid is None else e.pid, 0 if e.tid is None else e.tid),
+                                                  col.NULL_I64) for e in flow_evs], dtype=np.int64),
+        }
     header = msgspec.structs.replace(trace)  # the header fields; the events are gone
     return Frame(
         header=header, n=n, name_codes=name_codes, names=names, cat_codes=cat_codes, cats=cats,
         track_codes=track_codes, track_keys=track_keys, ts_ns=ts_ns(ts), dur_ns=dur_ns(dur),
         args=lambda rows: [slices[i].args for i in np.asarray(rows).tolist()],
         args_json=lambda rows: b"[" + b",".join([slices[i].args for i in np.asarray(rows).tolist()]) + b"]",
+        args_column=lambda rows: col.raw_json([slices[i].args for i in np.asarray(rows).tolist()]),
+        **dict(zip(("took", "took_odd"), taken_of([e.args for e in slices]))),
         gpu_trace=gpu_trace, flows=flows,
         meta_events=[MetaEvent(e.name or "", 0 if e.pid is None else e.pid, 0 if e.tid is None else e.tid,
                                bytes(e.args)) for e in meta_evs],

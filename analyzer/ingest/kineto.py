@@ -177,6 +177,27 @@ class LaunchArgs(msgspec.Struct, gc=False):
     external_id: IntLike = msgspec.field(default=NULL_I64, name="External id")
 
 
+class OpArgs(msgspec.Struct, gc=False):
+    """A CPU op's ids and FLOP estimate: all that most ops carry that the analyses read
+    (comm launches and matmuls, whose shapes and groups matter, decode as HostArgs)."""
+
+    external_id: IntLike = msgspec.field(default=NULL_I64, name="External id")
+    correlation: IntLike = NULL_I64
+    flops: float | None = None
+
+
+class TakenArgs(msgspec.Struct, gc=False):
+    """The args values the C scanner reads while scanning (frames.TAKE_KEYS), raw: the
+    msgspec decoder reads the same values the same way (frames.taken_of)."""
+
+    correlation: msgspec.Raw = _ABSENT
+    external_id: msgspec.Raw = msgspec.field(default=_ABSENT, name="External id")
+    stream: msgspec.Raw = _ABSENT
+    device: msgspec.Raw = _ABSENT
+    flops: msgspec.Raw = _ABSENT
+    collective: msgspec.Raw = msgspec.field(default=_ABSENT, name="Collective name")
+
+
 class MemoryArgs(msgspec.Struct, gc=False):
     """Arguments of ``[memory]`` instant events (profile_memory=True)."""
 
@@ -202,6 +223,8 @@ DEVICE_ARGS_DECODER = msgspec.json.Decoder(list[DeviceArgs])
 HOST_ARGS_DECODER = msgspec.json.Decoder(list[HostArgs])
 CORRELATION_DECODER = msgspec.json.Decoder(list[CorrelationArgs])
 LAUNCH_DECODER = msgspec.json.Decoder(list[LaunchArgs])
+OP_ARGS_DECODER = msgspec.json.Decoder(list[OpArgs])
+TAKEN_ARGS_DECODER = msgspec.json.Decoder(list[TakenArgs])
 MEMORY_ARGS_DECODER = msgspec.json.Decoder(list[MemoryArgs])
 META_ARGS_DECODER = msgspec.json.Decoder(list[MetaArgs])
 
