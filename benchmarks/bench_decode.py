@@ -34,7 +34,7 @@ def _floor(path: str, detail: str, limits, take: bool) -> float:
     scanner = frames._kineto_scan.Scanner(
         frames._scanner_keep(detail), max_value_bytes=limits.max_value_bytes, max_depth=limits.max_depth,
         max_tokens=limits.max_tokens, args_keys=ARGS_KEYS[detail],
-        take_keys=[(k.encode(), t) for _, k, t in frames.TAKE_KEYS] if take else None)
+        take_keys=[(k.encode(), t) for _, k, t in frames.take_keys(detail)] if take else None)
     start = time.perf_counter()
     for piece in stream.chunks(path, None, path, limits):
         scanner.feed(piece)

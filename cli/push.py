@@ -19,7 +19,6 @@ from pathlib import Path
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.cli.catalog import parse_tags
 from overlapscope.cli.common import describe, emit
-from overlapscope.cli.remote import Server
 
 ENV_TOKEN = "OVERLAPSCOPE_TOKEN"
 SINGLE = (".zip", ".json", ".json.gz")
@@ -99,6 +98,8 @@ def run_push(args) -> int:
     from overlapscope.analyzer.store import catalog
 
     name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # the server checks again
+    from overlapscope.cli.remote import Server  # http.client: only a push needs it
+
     server = Server(args.url, read_token(args.token_file))
     health = server.get("/health")
     if not health.get("writes"):

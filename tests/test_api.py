@@ -212,11 +212,14 @@ def _history_loop(url: str, stop: threading.Event, seen: dict) -> None:
             page.goto(f"{url}/history")
             page.wait_for_selector("[data-testid='stApp']", timeout=WAIT_MS)
             page.wait_for_function("!document.querySelector(\"[data-testid='stStatusWidget']\")", timeout=WAIT_MS)
-            page.wait_for_selector("[data-testid='stCaptionContainer']:has-text('Showing')", timeout=WAIT_MS)
+            # the runs' chart, or (before the first push lands) the empty catalog's message
+            page.wait_for_selector("[data-testid='stCaptionContainer']:has-text('Showing'), "
+                                   "[data-testid='stAlert']:has-text('no runs yet')", timeout=WAIT_MS)
             assert page.locator("[data-testid='stException']").count() == 0
-            text = page.locator("[data-testid='stCaptionContainer']:has-text('Showing')").first.inner_text()
-            seen["captions"].append(text)
-            seen["renders"] += 1
+            shown = page.locator("[data-testid='stCaptionContainer']:has-text('Showing')")
+            if shown.count():
+                seen["captions"].append(shown.first.inner_text())
+                seen["renders"] += 1
         browser.close()
 
 

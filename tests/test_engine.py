@@ -20,7 +20,7 @@ from overlapscope.analyzer.engine import map_run
 from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
 from overlapscope.analyzer.ingest.load import load
 
-BUNDLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+BUNDLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and any(p.glob("rank-*")))
 REFERENCES = sorted(str(p) for p in REFERENCE.glob("gpu_*/*.json.gz")) if REFERENCE.is_dir() else []
 
 
@@ -74,3 +74,18 @@ def test_every_command_answers_as_the_single_store(paths):
     one = load(paths, detail="attribution", workers=2)
     _same(api.buckets(paths, workers=2), api.buckets_run(one.con, one.run_id))
     _same(api.diagnose(paths, workers=2), api.diagnose_run(one.con, one.run_id))
+
+
+def test_one_rank_alone_skips_the_comparison_with_what_it_would_give(tmp_path):
+    """A run of one loaded rank answers its clock and waits without the SQL that compares
+    ranks: the same figures that SQL gives it."""
+    from overlapscope.analyzer.measure import waits
+
+    one = load([str(SAMPLES / "ddp" / "rank-0.pt.trace.json.gz")], detail="overlap", workers=1)
+    shortcut = waits.ranks(one.con, one.run_id)
+    waits.ensure(one.con, one.run_id)
+    (row,) = sql.rows(one.con, "waits.ranks")
+    (rank, figures), = shortcut.items()
+    assert rank == row["rank"] and figures["peered"] == row["peered"] == 0
+    assert figures["clock_offset_ms"] == row["clock_offset_ns"] / 1e6 == 0.0
+    assert figures["last_arrivals"] == row["last_arrivals"] and figures["matched"] == row["matched"]

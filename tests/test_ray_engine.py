@@ -14,7 +14,7 @@ from overlapscope.analyzer.ingest.inputs import resolve
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
-BUNDLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+BUNDLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and any(p.glob("rank-*")))
 REFERENCES = sorted(str(p) for p in REFERENCE.glob("gpu_*/*.json.gz")) if REFERENCE.is_dir() else []
 INPUTS = [[str(SAMPLES / b)] for b in BUNDLES] + [[r] for r in REFERENCES]
 

@@ -56,7 +56,7 @@ def test_bundles_are_what_their_names_say(samples_dir):
 
 
 def test_every_bundle_is_documented_and_listed(samples_dir):
-    folders = {p.name for p in samples_dir.iterdir() if p.is_dir()}
+    folders = {p.name for p in samples_dir.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
     assert set(BUNDLES) <= folders
     readme = (samples_dir / "README.md").read_text()
     script = (samples_dir / "regenerate.sh").read_text()

@@ -71,6 +71,12 @@ def map_run(paths: list[str], detail: str, workers: int | None = None, engine: s
 
     limits = limits or limits_from_env()
     inputs = resolve(paths, limits)
+    if engine == "local" and len(inputs.sources) == 1:
+        # one rank is its own reduce: its store (ingest.load) takes the run scripts too
+        from overlapscope.analyzer.ingest.load import load
+
+        loaded = load(paths, detail=detail, workers=1, on_decoded=on_mapped, limits=limits)
+        return Mapped(loaded.con, loaded.run_id, inputs, [])
     results = map_ranks(inputs, detail, workers, engine, ray_address, limits=limits, on_mapped=on_mapped)
     con, run_id = reduce_results(results, " ".join(paths), " ".join(paths), inputs.manifest, inputs.manifest_text)
     return Mapped(con, run_id, inputs, results)

@@ -722,7 +722,7 @@ static const char *take_args(Scanner *s, const char *p, const char *end, int64_t
         if (q >= end) return NULL;
         int need = 0;
         const char *bad = NULL;
-        const char *vend = *q == '"' ? string_end(q, end) : value_end(q, end, s->max_depth, 1, &need, &bad);
+        const char *vend = *q == '"' ? string_end(q, end) : value_end(q, end, s->max_depth - 2, 1, &need, &bad);
         if (!vend) return NULL;
         for (Py_ssize_t k = 0; k < s->n_take && klen >= 0; k++) {
             if (s->take_lens[k] != klen || memcmp(s->take_names[k], key, klen)) continue;
@@ -748,7 +748,12 @@ static const char *take_args(Scanner *s, const char *p, const char *end, int64_t
     }
 }
 
-static int scan_event(Scanner *s, const char *p, const char *end) {
+/* One event at p, complete in [p, end) or (tentative) maybe not: the row (when kept) and
+ * *out_end, the byte after its closing brace. Returns 0, or -1 with the error set; a
+ * tentative call returns 1 instead of any error (the buffer may end inside the event:
+ * the caller finds its end first and calls again, which reports what is wrong). Nested
+ * values are checked for depth as an event's members (the event itself is level 1). */
+static int scan_event(Scanner *s, const char *p, const char *end, int tentative, const char **out_end) {
     Cursor c = {p, end, NULL};
     unsigned char ph = 0;
     int32_t cat = -1, name = -1, pid = -1, tid = -1, id = -1;
@@ -779,7 +784,7 @@ static int scan_event(Scanner *s, const char *p, const char *end) {
             if (klen < 0) {
                 int need = 0;
                 const char *bad = NULL;
-                const char *e = value_end(c.p, c.end, s->max_depth, 1, &need, &bad);
+                const char *e = value_end(c.p, c.end, s->max_depth - 1, 1, &need, &bad);
                 if (!e) {
                     c.bad = bad ? bad : "invalid JSON in an event";
                     break;
@@ -850,7 +855,7 @@ static int scan_event(Scanner *s, const char *p, const char *end) {
                 } else {
                     int need = 0;
                     const char *bad = NULL;
-                    e = value_end(c.p, c.end, s->max_depth, 1, &need, &bad);
+                    e = value_end(c.p, c.end, s->max_depth - 1, 1, &need, &bad);
                     if (!e) {
                         c.bad = bad ? bad : "invalid JSON in an event's args";
                         break;
@@ -864,7 +869,7 @@ static int scan_event(Scanner *s, const char *p, const char *end) {
             } else {
                 int need = 0;
                 const char *bad = NULL;
-                const char *e = value_end(c.p, c.end, s->max_depth, 1, &need, &bad);
+                const char *e = value_end(c.p, c.end, s->max_depth - 1, 1, &need, &bad);
                 if (!e) {
                     c.bad = bad ? bad : "invalid JSON in an event";
                     break;
@@ -880,8 +885,12 @@ static int scan_event(Scanner *s, const char *p, const char *end) {
             break;
         }
     }
-    if (c.bad) return fail_at(s, c.p, c.bad);
-    if (!cat_str || !name_str) return fail_at(s, p, "not a Kineto trace: an event's cat or name is not a string");
+    if (c.bad) return tentative ? 1 : fail_at(s, c.p, c.bad);
+    if (!cat_str || !name_str) {
+        if (tentative) return 1;
+        return fail_at(s, p, "not a Kineto trace: an event's cat or name is not a string");
+    }
+    *out_end = c.p;
     s->n++;
     s->by_ph[ph]++;
     if (cat >= 0 && !s->gpu) {
@@ -902,7 +911,8 @@ static int scan_event(Scanner *s, const char *p, const char *end) {
     int64_t astart = 0, alen = 0;
     if ((mode == 2 || mode == 4) && args) {
         astart = s->args.len;
-        int rc = keep_args(s, args, args + args_len);
+        /* a row whose taken values are odd keeps its args whole: the caller decodes them */
+        int rc = (took_flags & TOOK_ODD) ? buf_push(&s->args, args, args_len) : keep_args(s, args, args + args_len);
         if (rc < 0) return PyErr_NoMemory(), -1;
         alen = rc == 1 ? 0 : s->args.len - astart;
         if (!alen) astart = 0;
@@ -1036,15 +1046,25 @@ static int advance(Scanner *s, int final) {
             /* fall through */
         case S_EVENT: {
             if (ch != '{') return fail_at(s, p, "not a Kineto trace: a traceEvents entry is not an object");
-            int need = 0;
-            const char *bad = NULL;
-            const char *e = value_end(p, end, s->max_depth, final, &need, &bad);
-            if (!e) {
-                if (bad) return fail_at(s, p, bad);
-                if (end - p > s->max_value) return fail_at(s, p, "an event larger than the limit");
-                goto need_more;
+            /* parse at once: nearly every event lies whole in the buffer; only when that
+             * fails (the buffer ends inside it, or it is bad) is its end found first */
+            const char *e = NULL;
+            int rc = scan_event(s, p, end, 1, &e);
+            if (rc < 0) return -1;
+            if (rc == 1) {
+                int need = 0;
+                const char *bad = NULL;
+                const char *whole = value_end(p, end, s->max_depth, final, &need, &bad);
+                if (!whole) {
+                    if (bad) return fail_at(s, p, bad);
+                    if (end - p > s->max_value) return fail_at(s, p, "an event larger than the limit");
+                    goto need_more;
+                }
+                if (scan_event(s, p, whole, 0, &e) < 0) return -1;
+                e = whole;
+            } else if (e - p > s->max_value) {
+                return fail_at(s, p, "an event larger than the limit");
             }
-            if (scan_event(s, p, e) < 0) return -1;
             p = e;
             s->state = S_EVENT_SEP;
             continue;

@@ -364,11 +364,9 @@ def _fill_args(fr: Frame, device_rows, host_rows, cols: _Columns, kind, names, n
     _take(fr, cols, host_rows[~whole], ("correlation", "external_id", "flops"), OP_ARGS_DECODER)
     host_rows = host_rows[whole]
     if len(host_rows):
+        # their ids and FLOP counts as the decoder read them (the args text keeps none: kineto.ARGS_KEYS)
+        _take(fr, cols, host_rows, ("correlation", "external_id", "flops"), OP_ARGS_DECODER)
         hargs = HOST_ARGS_DECODER.decode(fr.args_json(host_rows))
-        for name in ("correlation", "external_id"):
-            getattr(cols, name)[host_rows] = col.optional_ints(list(map(attrgetter(name), hargs)))
-        flops = list(map(attrgetter("flops"), hargs))
-        cols.flops[host_rows] = np.array(flops, dtype=np.float64)  # None -> nan
         # Newer profilers record shapes but no FLOP count: derive it for matmuls.
         if matmul_names:
             for j in np.flatnonzero(np.isin(name_codes[host_rows], matmul_names)).tolist():

@@ -95,16 +95,24 @@ class Frame:
 # value of these keys makes its row odd (decode.py decodes odd rows, with their errors).
 TAKE_KEYS = (("correlation", "correlation", "i"), ("external_id", "External id", "i"), ("stream", "stream", "i"),
              ("device", "device", "i"), ("flops", "flops", "f"), ("collective", "Collective name", "p"))
+# What each detail reads of them (the overlap detail: the correlation of launches and kernels,
+# and which kernels name a collective); fewer keys, less memory per kept event.
+TAKEN_BY_DETAIL = {"overlap": ("correlation", "collective")}
+
+
+def take_keys(detail: str) -> tuple:
+    wanted = TAKEN_BY_DETAIL.get(detail)
+    return tuple(t for t in TAKE_KEYS if wanted is None or t[0] in wanted)
 _PLAIN_INT = re.compile(rb"-?(?:0|[1-9][0-9]*)")
 _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
 
-def _taken(scanned_took: bytes, flags: bytes, rows: np.ndarray) -> tuple[dict, np.ndarray]:
-    """The scanner's taken values of ``rows`` as columns, and which rows are odd."""
-    slots = np.frombuffer(scanned_took, dtype=np.int64).reshape(-1, len(TAKE_KEYS))[rows]
+def _taken(scanned_took: bytes, flags: bytes, rows: np.ndarray, keys: tuple) -> tuple[dict, np.ndarray]:
+    """The scanner's taken values (``keys``) of ``rows`` as columns, and which rows are odd."""
+    slots = np.frombuffer(scanned_took, dtype=np.int64).reshape(-1, len(keys))[rows]
     bits = np.frombuffer(flags, dtype=np.uint32)[rows]
     took = {}
-    for k, (field_name, _, kind) in enumerate(TAKE_KEYS):
+    for k, (field_name, _, kind) in enumerate(keys):
         if kind == "i":
             took[field_name] = np.ascontiguousarray(slots[:, k])
         elif kind == "f":
@@ -114,16 +122,16 @@ def _taken(scanned_took: bytes, flags: bytes, rows: np.ndarray) -> tuple[dict, n
     return took, (bits & 1) != 0
 
 
-def taken_of(raws: list) -> tuple[dict, np.ndarray]:
+def taken_of(raws: list, keys: tuple) -> tuple[dict, np.ndarray]:
     """``_taken`` for the msgspec decoder: the same keys of each row's raw args, read as the
     scanner reads them (one decode call; a Python step per row: this is the fallback)."""
     decoded = TAKEN_ARGS_DECODER.decode(b"[" + b",".join(raws) + b"]") if raws else []
     n = len(decoded)
     took = {f: (np.full(n, col.NULL_I64, np.int64) if k == "i" else np.full(n, np.nan) if k == "f"
-                else np.zeros(n, dtype=bool)) for f, _, k in TAKE_KEYS}
+                else np.zeros(n, dtype=bool)) for f, _, k in keys}
     odd = np.zeros(n, dtype=bool)
     for i, a in enumerate(decoded):
-        for field_name, _, kind in TAKE_KEYS:
+        for field_name, _, kind in keys:
             raw = bytes(getattr(a, field_name))
             if not raw:
                 continue
@@ -293,7 +301,7 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     scanner = _kineto_scan.Scanner(_scanner_keep(detail), max_value_bytes=limits.max_value_bytes,
                                    max_depth=limits.max_depth, max_tokens=limits.max_tokens,
                                    args_keys=ARGS_KEYS[detail],
-                                   take_keys=[(key.encode(), kind) for _, key, kind in TAKE_KEYS])
+                                   take_keys=[(key.encode(), kind) for _, key, kind in take_keys(detail)])
     try:
         for piece in stream.chunks(path, member, where, limits):
             scanner.feed(piece)
@@ -379,7 +387,8 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
         header=header, n=len(slice_rows), name_codes=name_codes, names=names, cat_codes=cat_codes, cats=cats,
         track_codes=track_codes, track_keys=track_keys, ts_ns=ts_ns(ts[slice_rows]), dur_ns=dur_ns(dur_us),
         args=args, args_json=args_json, args_column=args_column,
-        **dict(zip(("took", "took_odd"), _taken(scanned["took"], scanned["took_flags"], slice_rows))),
+        **dict(zip(("took", "took_odd"), _taken(scanned["took"], scanned["took_flags"], slice_rows,
+                                                take_keys(detail)))),
         gpu_trace=bool(scanned["gpu"]), flows=flows, meta_events=meta_events,
         counts=counts,
     )
@@ -524,7 +533,7 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits) -> Frame:
         args=lambda rows: [slices[i].args for i in np.asarray(rows).tolist()],
         args_json=lambda rows: b"[" + b",".join([slices[i].args for i in np.asarray(rows).tolist()]) + b"]",
         args_column=lambda rows: col.raw_json([slices[i].args for i in np.asarray(rows).tolist()]),
-        **dict(zip(("took", "took_odd"), taken_of([e.args for e in slices]))),
+        **dict(zip(("took", "took_odd"), taken_of([e.args for e in slices], take_keys(detail)))),
         gpu_trace=gpu_trace, flows=flows,
         meta_events=[MetaEvent(e.name or "", 0 if e.pid is None else e.pid, 0 if e.tid is None else e.tid,
                                bytes(e.args)) for e in meta_evs],

@@ -233,12 +233,17 @@ def _encode_names(*structs) -> tuple[bytes, ...]:
     return tuple(sorted({f.encode_name.encode() for s in structs for f in msgspec.structs.fields(s)}))
 
 
+# The ids and FLOP counts the scanner reads into columns while scanning (frames.TAKE_KEYS):
+# kept out of the args text, except in a row where one is odd (that row keeps its args whole).
+_TAKEN = {b"correlation", b"External id", b"stream", b"device", b"flops"}
+
 # The args keys each detail reads (the scanner keeps only these of each event's args;
 # the full detail stores the args whole).
 ARGS_KEYS = {
     # the overlap detail also reads the collective kernels' args (the clocks and waits
     # match one collective across ranks by its kind, group and size)
-    "overlap": _encode_names(CorrelationArgs, MetaArgs, DeviceArgs),
-    "attribution": _encode_names(DeviceArgs, HostArgs, CorrelationArgs, MemoryArgs, MetaArgs),
+    "overlap": tuple(k for k in _encode_names(CorrelationArgs, MetaArgs, DeviceArgs) if k not in _TAKEN),
+    "attribution": tuple(k for k in _encode_names(DeviceArgs, HostArgs, CorrelationArgs, MemoryArgs, MetaArgs)
+                         if k not in _TAKEN),
     "full": None,
 }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from overlapscope.analyzer.engine import local
+from overlapscope.analyzer.engine.local import run as run_local
 from overlapscope.analyzer.ingest.decode import DETAILS, RankData, decode_source
 from overlapscope.analyzer.ingest.consistency import check_ranks
 from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource, resolve
@@ -40,7 +40,7 @@ def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | 
     total)`` is called as each file is decoded (a progress bar).
     """
     limits = limits or limits_from_env()
-    return local.run(functools.partial(_decode, detail=detail, limits=limits), sources, workers=workers,
+    return run_local(functools.partial(_decode, detail=detail, limits=limits), sources, workers=workers,
                      on_done=on_decoded, while_waiting=while_waiting)
 
 

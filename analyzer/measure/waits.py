@@ -17,9 +17,21 @@ def ensure(con, run_id: int) -> None:
     sql.ensure(con, "waits", run_id=run_id)
 
 
+def _alone(con, run_id: int) -> int | None:
+    """The one rank of a run of one loaded rank (nothing to compare it with), else None."""
+    loaded = sql.tuples(con, "timeline.ranks", run_id=run_id)
+    return loaded[0][0] if len(loaded) == 1 else None
+
+
 def ranks(con, run_id: int) -> dict[int, dict]:
     """Per rank: clock_offset_ms and, where another loaded rank shares its collectives,
-    comm_wait_ms, comm_transfer_ms (they add up to comm_ms) and exposed_wait_ms."""
+    comm_wait_ms, comm_transfer_ms (they add up to comm_ms) and exposed_wait_ms. A run of
+    one loaded rank has no other to compare with: the reference clock, no peer (what the
+    SQL gives it, without running it)."""
+    alone = _alone(con, run_id)
+    if alone is not None:
+        return {alone: {"clock_offset_ms": 0.0, "comm_wait_ms": None, "comm_transfer_ms": None,
+                        "exposed_wait_ms": None, "last_arrivals": 0, "peered": 0, "matched": 0}}
     ensure(con, run_id)
     out = {}
     for r in sql.rows(con, "waits.ranks"):

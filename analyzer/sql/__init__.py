@@ -113,6 +113,16 @@ def _done(con) -> dict[str, str]:
     return dict(con.execute("SELECT script, params FROM _sql_done").fetchall())
 
 
+def setup(con, *names: str) -> None:
+    """Run setup files (``schema``, ``raw``, ``intervals``) on a new connection; with
+    ``intervals`` it is ready for scripts (``ensure`` need not look for the macros)."""
+    for name in names:
+        con.execute(text(name))
+    if "intervals" in names:
+        con.execute("CREATE TEMP TABLE IF NOT EXISTS _sql_done (script VARCHAR PRIMARY KEY, params VARCHAR)")
+        _READY.add(con)
+
+
 def ensure_macros(con) -> None:
     """The interval macros on a connection that lacks them (a read-only catalog gets them as
     temporary macros, on its first script: reads that run none start without them)."""

@@ -43,13 +43,10 @@ def connect(path: str = ":memory:", read_only: bool = False, threads: int | None
         migrate.check_readable(con, path)
         return con
     if path == ":memory:":  # a one-shot store: nothing to upgrade
-        con.execute(sql.text("schema"))
-        con.execute(sql.text("raw"))
-        con.execute(sql.text("intervals"))
+        sql.setup(con, "schema", "raw", "intervals")
         return con
     found = migrate.version(con)  # before the schema adds what a newer version has
-    con.execute(sql.text("schema"))
-    con.execute(sql.text("intervals"))
+    sql.setup(con, "schema", "intervals")
     migrate.upgrade(con, found)  # after the macros: an upgrade recomputes headlines
     return con
 
