@@ -10,10 +10,16 @@ Inputs (built once under ``.bench/inputs`` from the reference trace
 ``df_index_resolver.json.gz``, 54 MB uncompressed, 216k events):
   one    1 rank
   four   4 ranks (copies with the rank rewritten in distributedInfo)
+  eight  8 ranks (the same)
   large  8 ranks of about 200 MB each (the reference events repeated with
          shifted timestamps and correlation ids)
 
-Usage: python benchmarks/bench_analyze.py [--repeat N] [--skip-large] [--hta-python PY]
+``--before DIR`` also times an earlier overlapscope in the same run: a checkout of
+it (``git worktree add DIR <commit>``, its C scanner built in place), run from DIR
+as that version's top-level ``analyzer`` package. Every process runs with Python's
+bytecode cache (as an installed package does; PYTHONDONTWRITEBYTECODE is unset).
+
+Usage: python benchmarks/bench_analyze.py [--repeat N] [--skip-large] [--hta-python PY] [--before DIR]
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ def build_inputs() -> dict[str, Path]:
         sys.exit(f"benchmark input not found: {REFERENCE}")
     with gzip.open(REFERENCE, "rb") as f:
         trace = json.load(f)
-    paths = {"one": INPUTS / "one", "four": INPUTS / "four", "large": INPUTS / "large"}
+    paths = {"one": INPUTS / "one", "four": INPUTS / "four", "eight": INPUTS / "eight", "large": INPUTS / "large"}
     if not (paths["one"] / "rank-1.json.gz").exists():
         paths["one"].mkdir(parents=True, exist_ok=True)
         _write_gz(paths["one"] / "rank-1.json.gz", trace)
@@ -68,6 +74,11 @@ def build_inputs() -> dict[str, Path]:
         for rank in range(4):
             trace["distributedInfo"].update(rank=rank, world_size=4)
             _write_gz(paths["four"] / f"rank-{rank}.json.gz", trace)
+    if not (paths["eight"] / "rank-7.json.gz").exists():
+        paths["eight"].mkdir(parents=True, exist_ok=True)
+        for rank in range(8):
+            trace["distributedInfo"].update(rank=rank, world_size=8)
+            _write_gz(paths["eight"] / f"rank-{rank}.json.gz", trace)
     if not (paths["large"] / f"rank-{LARGE_RANKS - 1}.json.gz").exists():
         paths["large"].mkdir(parents=True, exist_ok=True)
         events = trace["traceEvents"]
@@ -130,11 +141,15 @@ def _tree_rss_bytes(root: int) -> int:
     return total
 
 
-def measure(cmd: list[str]) -> tuple[float, float, str]:
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def measure(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, float, str]:
     """Wall seconds, peak tree RSS (MB) and stdout of one command."""
     peak = [0]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**ENV, **(env or {})},
+                            cwd=cwd)
     done = threading.Event()
 
     def sample():
@@ -153,8 +168,9 @@ def measure(cmd: list[str]) -> tuple[float, float, str]:
     return wall, peak[0] / 1e6, out
 
 
-def bench(cmd: list[str], repeat: int) -> tuple[float, float, str]:
-    runs = [measure(cmd) for _ in range(repeat)]
+def bench(cmd: list[str], repeat: int, env: dict | None = None, cwd: str | None = None) -> tuple[float, float, str]:
+    measure(cmd, env, cwd)  # a first run fills the bytecode caches
+    runs = [measure(cmd, env, cwd) for _ in range(repeat)]
     return statistics.median(r[0] for r in runs), max(r[1] for r in runs), runs[-1][2]
 
 
@@ -165,17 +181,21 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per tool and input (median time)")
     parser.add_argument("--skip-large", action="store_true", help="leave out the 8 x 200 MB input")
     parser.add_argument("--hta-python", default=str(BENCH / "hta-venv" / "bin" / "python"))
+    parser.add_argument("--before", metavar="DIR", help="a checkout of an earlier overlapscope to time beside")
     args = parser.parse_args()
 
     paths = build_inputs()
-    names = ["one", "four"] + ([] if args.skip_large else ["large"])
+    names = ["one", "four", "eight"] + ([] if args.skip_large else ["large"])
+    before = ([sys.executable, "-c", "import sys; from analyzer.cli import main; sys.exit(main(sys.argv[1:]))",
+               "analyze", "--json"] if args.before else None)
     overlapscope = [sys.executable, "-m", "overlapscope.cli", "analyze", "--json"]
     hta = [args.hta_python, "-c", HTA_SCRIPT] if Path(args.hta_python).exists() else None
     if hta is None:
         print(f"HTA not found at {args.hta_python}: measuring overlapscope only (make bench creates it)")
 
     print(f"{'input':6} {'ranks':>5} {'MB':>7} | {'ours s':>7} {'ours MB':>8} | {'HTA s':>7} {'HTA MB':>7} "
-          f"| {'speedup':>7} {'mem ratio':>9} | overlap % ours / HTA")
+          f"| {'speedup':>7} {'mem ratio':>9} |" + (f" {'before s':>8} {'before MB':>9} |" if before else "")
+          + " overlap % ours / HTA")
     for name in names:
         path = paths[name]
         ranks = len(list(path.glob("*.json.gz")))
@@ -190,6 +210,11 @@ def main() -> int:
                      f"{ours_pct} / [{hta_pct}]")
         else:
             line += f"{'-':>7} {'-':>7} | {'-':>7} {'-':>9} | {ours_pct}"
+        if before:
+            before_s, before_mb, _ = bench(before + [str(path.resolve())], repeat, {"PYTHONPATH": args.before},
+                                           cwd=args.before)
+            head, _, tail = line.rpartition("| ")
+            line = f"{head}| {before_s:>8.2f} {before_mb:>9.0f} | {tail}"
         print(line, flush=True)
     print("speedup = HTA wall time / overlapscope wall time (whole processes); mem ratio = our peak / HTA's peak"
           " (process trees).\nHTA drops work launched after the last ProfilerStep starts; on these inputs both"

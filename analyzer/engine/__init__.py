@@ -18,9 +18,9 @@ import tempfile
 from dataclasses import dataclass
 
 from overlapscope.analyzer.engine import local
-from overlapscope.analyzer.engine.inplace import map_or_collect
+from overlapscope.analyzer.engine.inplace import map_or_collect_group
 from overlapscope.analyzer.engine.rank import (  # noqa: F401 (the engine's names)
-    ENV_WORKER_MEMORY_MB, RankResult, RankTask, tasks_for, worker_memory_bytes,
+    ENV_WORKER_MEMORY_MB, RankResult, RankTask, group_tasks, tasks_for, worker_memory_bytes,
 )
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest.inputs import Inputs, resolve
@@ -59,7 +59,14 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
 
             results = ray_engine.run(tasks, address=ray_address, on_done=on_mapped)
         else:
-            results = local.run(map_or_collect, tasks, workers=n, on_done=on_mapped)
+            groups = group_tasks(tasks, n)
+            sizes = [len(g) for g in groups]
+
+            def done(k: int, _total: int) -> None:  # progress per rank, as the groups finish
+                if on_mapped:
+                    on_mapped(sum(sizes[:k]), len(tasks))
+
+            results = [r for group in local.run(map_or_collect_group, groups, workers=n, on_done=done) for r in group]
     check_ranks(results, inputs.manifest, inputs.manifest_source)
     return sorted(results, key=lambda r: r.rank)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from overlapscope.analyzer import version
-from overlapscope.analyzer.engine.rank import RankResult, RankTask, map_rank, stored_results, tasks_for
+from overlapscope.analyzer.engine.rank import RankResult, RankTask, map_group, map_rank, stored_results, tasks_for
 from overlapscope.analyzer.ingest.inputs import TraceSource
 
 SUFFIX = ".overlapscope"
@@ -83,8 +83,16 @@ def collect(task: RankTask) -> RankResult | None:
 
 
 def map_or_collect(task: RankTask) -> RankResult:
-    """What the engines run per rank: the tables reduced in place when they are there, else the map."""
+    """What the Ray engine runs per rank: the tables reduced in place when they are there, else the map."""
     return collect(task) or map_rank(task)
+
+
+def map_or_collect_group(tasks: list[RankTask]) -> list[RankResult]:
+    """What a local worker runs per group: each rank's tables reduced in place where they
+    are there, the others mapped together (rank.map_group); in the group's order."""
+    collected = [collect(t) for t in tasks]
+    mapped = iter(map_group([t for t, c in zip(tasks, collected) if c is None]) if None in collected else [])
+    return [c if c is not None else next(mapped) for c in collected]
 
 
 def reduce_paths(paths: list[str], parallelism: str | None = None, limits=None) -> list[Path]:

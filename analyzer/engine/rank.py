@@ -89,40 +89,95 @@ def tasks_for(inputs: Inputs, detail: str, limits: Limits, workers: int, out_dir
 
 def map_rank(task: RankTask) -> RankResult:
     """Decode ``task.source`` and reduce it to its per-rank tables (see the module)."""
-    data = decode_source(task.source, task.detail, use_scanner=True, limits=task.limits)
-    return reduce_rank(data, task)
+    return map_group([task])[0]
+
+
+def map_group(tasks: list[RankTask]) -> list[RankResult]:
+    """Several ranks through one private store, one after another into it, the rank
+    scripts run once over them (their SQL is rank by rank: the same rows as one store per
+    rank, for the fixed cost of one): what a local worker runs, a group whose kept events
+    fit its budget (``group_tasks``). ``map_rank`` is a group of one."""
+    return reduce_ranks([decode_source(t.source, t.detail, use_scanner=True, limits=t.limits) for t in tasks],
+                        tasks)
 
 
 def reduce_rank(data: RankData, task: RankTask) -> RankResult:
     """The rank scripts on one decoded rank (``map_rank`` after the decode)."""
+    return reduce_ranks([data], [task])[0]
+
+
+def reduce_ranks(datas: list[RankData], tasks: list[RankTask]) -> list[RankResult]:
+    """The rank scripts on decoded ranks of one run (same detail), in one store."""
     from overlapscope.analyzer import sql
     from overlapscope.analyzer.store import database, runstore
 
-    rank = data.meta["rank"]
-    if task.out_dir:
-        runstore.write_raw(task.out_dir, rank, {t: getattr(data, _DATA_FIELD.get(t, t)) for t in RAW_TABLES})
-        data.events = data.events.drop_columns([c for c in ("args",) if c in data.events.column_names])
+    task = tasks[0]
+    for data, t in zip(datas, tasks):
+        if t.out_dir:
+            runstore.write_raw(t.out_dir, data.meta["rank"],
+                               {name: getattr(data, _DATA_FIELD.get(name, name)) for name in RAW_TABLES})
+            data.events = data.events.drop_columns([c for c in ("args",) if c in data.events.column_names])
     con = database.connect(threads=task.threads, memory_limit_bytes=task.memory_limit_bytes,
                            spill_dir=task.spill_dir)
     try:
-        database.insert_rank(con, RUN_ID, data, parallelism=task.parallelism)
-        del data.events  # in the store now: the rank's largest table, not held twice
+        database.insert_ranks(con, RUN_ID, datas, parallelism=task.parallelism)
+        for data in datas:
+            del data.events  # in the store now: a rank's largest table, not held twice
         scripts = RANK_SCRIPTS[task.detail]
-        tables: dict[str, pa.Table] = {
-            "steps": con.sql("SELECT * EXCLUDE (run_id) FROM steps ORDER BY step").to_arrow_table(),
-            "annotation_roles": runstore.with_rank(data.roles, rank),
-        }
         for name in scripts:
             sql.ensure(con, name, **script_params(name, RUN_ID))
-            for table in sql.script(name).shipped:
-                if table != "steps":
-                    tables[table] = con.sql(f"SELECT * FROM {table}").to_arrow_table()
+        names = [t for name in scripts for t in sql.script(name).shipped if t != "steps"]
+        shipped = {data.meta["rank"]: _shipped(con, names, data.meta["rank"]) for data in datas}
     finally:
         con.close()
-    result = RankResult(data.meta, data.counts, tables, scripts)
-    if task.out_dir:
-        runstore.write_results(task.out_dir, result)
-    return result
+    results = []
+    for data, t in zip(datas, tasks):
+        rank = data.meta["rank"]
+        tables = shipped[rank]
+        tables["annotation_roles"] = runstore.with_rank(data.roles, rank)
+        result = RankResult(data.meta, data.counts, tables, scripts)
+        if t.out_dir:
+            runstore.write_results(t.out_dir, result)
+        results.append(result)
+    return results
+
+
+def _shipped(con, names: list[str], rank: int) -> dict[str, pa.Table]:
+    """One rank's rows of the store's steps and of the shipped tables ``names``."""
+    from overlapscope.analyzer import sql
+
+    out = {"steps": con.sql(sql.query("store.rank_steps"), params={"rank": rank}).to_arrow_table()}
+    for name in names:
+        out[name] = con.sql(sql.query("store.rank_rows"), params={"table": name, "rank": rank}).to_arrow_table()
+    return out
+
+
+# How many bytes a load keeps in its store per byte of compressed trace, about (the
+# reference trace and the samples): what a group's budget is measured against.
+KEPT_PER_COMPRESSED_BYTE = {"overlap": 4, "attribution": 8, "full": 25}
+
+
+def group_tasks(tasks: list[RankTask], workers: int) -> list[list[RankTask]]:
+    """The ranks in groups for the workers: consecutive ranks whose kept events fit one
+    worker's budget together (estimated from their compressed sizes), and at least as
+    many groups as workers, so that every worker has work."""
+    from overlapscope.analyzer.ingest import files
+
+    if not tasks:
+        return []
+    budget = (tasks[0].memory_limit_bytes or DEFAULT_WORKER_MEMORY_MB * 2**20) // \
+        KEPT_PER_COMPRESSED_BYTE[tasks[0].detail]
+    sizes = [files.size(t.source.path) if t.source.member is None else 0 for t in tasks]
+    per_group = max(1, min(len(tasks) // max(1, workers), max(1, budget // max(1, max(sizes)))))
+    groups, current, held = [], [], 0
+    for task, size in zip(tasks, sizes):
+        if current and (len(current) >= per_group or held + size > budget):
+            groups.append(current)
+            current, held = [], 0
+        current.append(task)
+        held += size
+    groups.append(current)
+    return groups
 
 
 def stored_results(run_dir) -> list[RankResult]:

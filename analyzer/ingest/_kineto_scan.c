@@ -399,6 +399,13 @@ static Py_ssize_t read_key(Cursor *c, char *out) {
     const char *q = c->p + 1, *stop = e - 1;
     Py_ssize_t n = 0;
     int too_long = 0;
+    if (!memchr(q, '\\', stop - q)) {  /* the usual key: no escapes, copied at once */
+        n = stop - q;
+        c->p = e;
+        if (n > 63) return -1;
+        memcpy(out, q, n);
+        return n;
+    }
     while (q < stop) {
         char ch = *q++;
         if (ch == '\\' && q < stop) {

@@ -125,14 +125,16 @@ def _insert_table(con, table: str, run_id: int, rank: int, data) -> None:
         con.unregister("_incoming")
 
 
-def insert_rank(con: duckdb.DuckDBPyConnection, run_id: int, data: RankData, parallelism: str | None = None) -> None:
-    """One rank alone as run ``run_id`` of a one-shot store (a worker of the map over
-    ranks), with its steps: the rows the rank scripts read."""
-    _insert_row(con, "runs", {"run_id": run_id, "name": "rank", "parallelism": parallelism,
-                              "device_kind": data.meta.get("device_kind")})
-    _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(data)})
-    for table in RANK_TABLES:
-        _insert_table(con, _TABLE_OF.get(table, table), run_id, data.meta["rank"], getattr(data, table))
+def insert_ranks(con: duckdb.DuckDBPyConnection, run_id: int, datas: list[RankData],
+                 parallelism: str | None = None) -> None:
+    """Ranks of one run as run ``run_id`` of a one-shot store (a worker of the map over
+    ranks), with their steps: the rows the rank scripts read."""
+    _insert_row(con, "runs", {"run_id": run_id, "name": "ranks", "parallelism": parallelism,
+                              "device_kind": datas[0].meta.get("device_kind")})
+    for data in datas:
+        _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(data)})
+        for table in RANK_TABLES:
+            _insert_table(con, _TABLE_OF.get(table, table), run_id, data.meta["rank"], getattr(data, table))
     sql.ensure(con, "steps", run_id=run_id)
 
 

@@ -31,3 +31,11 @@ SELECT rank, clock_offset_ns FROM ranks WHERE run_id = $run_id;
 
 -- name: has_macros
 SELECT count(*) > 0 FROM duckdb_functions() WHERE function_name = 'interval_pieces';
+
+-- What a worker of the map over ranks ships of each rank (engine/rank.py).
+
+-- name: rank_steps
+SELECT * EXCLUDE (run_id) FROM steps WHERE rank = $rank ORDER BY step;
+
+-- name: rank_rows
+SELECT * FROM query_table($table) WHERE rank = $rank;
