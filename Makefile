@@ -9,28 +9,33 @@ PIP    := $(VENV)/bin/pip
 .PHONY: run test bench samples clean
 
 $(VENV)/.base: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e .
-	touch $@
+	@echo "overlapscope: creating $(VENV) and installing the package and its dependencies (once; about a minute)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install -q --disable-pip-version-check --upgrade pip
+	@$(PIP) install -q --disable-pip-version-check -e .
+	@touch $@
 
 # Test environment: the package, torch pinned to the CPU build, pytest, playwright.
 $(VENV)/.dev: $(VENV)/.base constraints-dev.txt
-	$(PIP) install -q -c constraints-dev.txt -e '.[dev,tracer]'
-	touch $@
+	@echo "overlapscope: installing the test tools and torch (CPU build, pinned in constraints-dev.txt) (once)"
+	@$(PIP) install -q --disable-pip-version-check -c constraints-dev.txt -e '.[dev,tracer]'
+	@touch $@
 
 run: $(VENV)/.base
-	$(VENV)/bin/overlapscope dashboard
+	@echo "overlapscope: starting the dashboard (the sample runs load in the background; Ctrl+C stops it)"
+	@$(VENV)/bin/overlapscope dashboard
 
 # The browser test drives Debian's chromium: installed here when missing and we are
-# root (best effort, quietly); without it that test skips.
+# root (best effort, quietly); without it that test skips. NO_CHROMIUM=1 skips the install.
 test: $(VENV)/.dev
-	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	@if [ -z "$(NO_CHROMIUM)" ] && [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "overlapscope: installing Debian's chromium for the browser tests (apt-get; make test NO_CHROMIUM=1 skips it and those tests)"; \
 	    export DEBIAN_FRONTEND=noninteractive; \
 	    apt-get install -y -qq chromium >/dev/null 2>&1 \
 	    || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
 	    || echo "note: chromium could not be installed; the browser test will skip"; \
 	fi
+	@echo "overlapscope: running the test suite on 2 processes (about 7 minutes on 2 cores)"
 	$(PY) -m pytest -n 2 -q
 
 # Holistic Trace Analysis in its own venv, to measure beside it (skipped when PyPI is unreachable).

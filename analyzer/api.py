@@ -143,3 +143,68 @@ def diagnose_run(con, run_id: int, tokens: float | None = None) -> dict:
     a = buckets_report.analysis(con, run_id, tokens)
     result = checklist.diagnose(con, a)
     return {"run": a.info.describe(), "headline": headline(a.overlap, failed(result["findings"])), **result}
+
+
+def _analysis(con, run_id: int, tokens: float | None = None):
+    """The buckets report's RunAnalysis of a run in a store; a catalog's run from its ranks'
+    stored results (reduced again: the what-if reads the collectives' internal times)."""
+    from overlapscope.analyzer.predict import buckets as buckets_report
+
+    info = run_info(con, run_id)
+    if info.stored:
+        _answers(info, "buckets", None)  # the run's files must be there
+        reduced, reduced_id = _reduced(info)
+        a = buckets_report.analysis(reduced, reduced_id, tokens)
+        return a, info
+    info.require_events()
+    return buckets_report.analysis(con, run_id, tokens), info
+
+
+def whatif(paths: list[str], changes=None, sweep: tuple | None = None, workers: int | None = None,
+           engine: str = "local", ray_address: str | None = None, on_mapped=None) -> dict:
+    """The run replayed under ``changes`` (whatif.Changes): measured, replayed, predicted
+    and the model's figures, memory per GPU and the terms per collective; with ``sweep``
+    (name, [(value, Changes)]) one prediction per value (``sweep``)."""
+    mapped = _engine().map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
+    return whatif_run(mapped.con, mapped.run_id, changes, sweep)
+
+
+def whatif_run(con, run_id: int, changes=None, sweep: tuple | None = None) -> dict:
+    """``whatif`` for a run already in a store (a catalog's run: from its stored results)."""
+    a, info = _analysis(con, run_id)
+    return whatif_of(a, info, changes, sweep)
+
+
+def whatif_analysis(con, run_id: int):
+    """What ``whatif_of`` reads of a stored run: (RunAnalysis, RunInfo), plain data that a
+    caller may keep (the dashboard caches it per run) and predict from many times."""
+    return _analysis(con, run_id)
+
+
+def whatif_of(a, info, changes=None, sweep: tuple | None = None) -> dict:
+    """``whatif`` from a run's analysis (``whatif_analysis``)."""
+    from overlapscope.analyzer import whatif as engine_whatif
+    from overlapscope.analyzer.whatif.changes import Changes
+
+    result = engine_whatif.predict(a, changes or Changes())
+    if sweep is not None:
+        result["sweep"] = engine_whatif.sweep(a, *sweep)
+    return {"run": info.describe(), **result}
+
+
+def export_perfetto(paths: list[str], out: str, workers: int | None = None, engine: str = "local",
+                    ray_address: str | None = None, on_rank=None) -> dict:
+    """The run of ``paths`` as one Chrome-trace JSON for Perfetto (analyzer/export); counts."""
+    from overlapscope.analyzer import export
+
+    return export.from_paths(paths, out, workers, engine, ray_address, on_rank)
+
+
+def export_perfetto_run(con, run_id: int, out: str, on_rank=None) -> dict:
+    """``export_perfetto`` for a catalog's run (its raw events still stored)."""
+    from overlapscope.analyzer import export
+
+    if not run_info(con, run_id).stored:
+        raise UsageError("export --run: give a run of a catalog")
+    a, _ = _analysis(con, run_id)
+    return export.from_run(con, run_id, out, a, diagnose_run(con, run_id)["findings"], on_rank)

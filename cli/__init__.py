@@ -15,9 +15,9 @@ from overlapscope.cli.tables import clean
 
 def _build_parser() -> argparse.ArgumentParser:
     from overlapscope.cli import (analyze as cli_analyze, buckets as cli_buckets, catalog as cli_catalog,
-                                  check as cli_check, dashboard as cli_dashboard, diagnose as cli_diagnose,
+                                  check as cli_check, dashboard as cli_dashboard, diagnose as cli_diagnose, export as cli_export,
                                   model as cli_model, push as cli_push, reduce as cli_reduce,
-                                  retention as cli_retention)
+                                  retention as cli_retention, whatif as cli_whatif)
 
     parser = argparse.ArgumentParser(
         prog="overlapscope",
@@ -26,8 +26,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (cli_analyze, cli_buckets, cli_diagnose, cli_model, cli_catalog, cli_check, cli_retention,
-                   cli_push, cli_reduce, cli_dashboard):
+    for module in (cli_analyze, cli_buckets, cli_diagnose, cli_whatif, cli_model, cli_catalog, cli_check,
+                   cli_retention, cli_push, cli_reduce, cli_export, cli_dashboard):
         module.add_parser(sub)
     return parser
 
@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = _build_parser()
     args = parser.parse_args(argv)
+    from overlapscope.cli import tables
+
+    tables.configure(getattr(args, "wide", False), getattr(args, "top", None))
     try:
         return int(args.func(args) or 0)
     except (InputError, UsageError) as err:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 
 from overlapscope.analyzer.api import analyze, analyze_run
-from overlapscope.cli.common import add_source_arguments, describe, emit, stored_run
-from overlapscope.cli.tables import clean, table
+from overlapscope.cli.common import add_source_arguments, describe, emit, progress, stored_run
+from overlapscope.cli.tables import clean, say, table
 
 RANK_COLUMNS = [
     ("rank", "rank"), ("steps", "steps"), ("step_ms", "step_ms(median)"), ("compute_ms", "compute_ms"),
@@ -30,17 +30,17 @@ def add_parser(sub) -> None:
 
 def _print_text(result: dict) -> None:
     run = result["run"]
-    print(f"run: {clean(run['name'])}")
-    print(f"world size {run['world_size']}, backend {clean(run['backend'] or '?')}, "
-          f"devices {clean(', '.join(run['devices']) or '?')}, ranks loaded {len(run['ranks_loaded'])}")
-    print(f"headline: {describe(result['headline'])}")
+    say(f"run: {clean(run['name'])}")
+    say(f"world size {run['world_size']}, backend {clean(run['backend'] or '?')}, "
+        f"devices {clean(', '.join(run['devices']) or '?')}, ranks loaded {len(run['ranks_loaded'])}")
+    say(f"headline: {describe(result['headline'])}")
     print()
-    print("per rank (all profiled events; step_ms is the median step)")
-    print(table(result["ranks"], RANK_COLUMNS))
+    say("per rank: totals over the profiled steps (step_ms: the median step)")
+    print(table(result["ranks"], RANK_COLUMNS, rank_by="exposed_comm_ms", what="ranks"))
     if result["steps"]:
         print()
-        print("per step")
-        print(table(result["steps"], STEP_COLUMNS))
+        say("per step")
+        print(table(result["steps"], STEP_COLUMNS, rank_by="exposed_comm_ms", what="steps"))
     worst = max(result["ranks"], key=lambda r: r["exposed_comm_ms"] or 0, default=None)
     if worst and worst["comm_ms"]:
         print()
@@ -51,5 +51,6 @@ def _print_text(result: dict) -> None:
 def run(args) -> int:
     stored = stored_run(args)
     result = analyze_run(*stored) if stored else analyze(args.paths, workers=args.workers, engine=args.engine,
-                                                         ray_address=args.ray_address)
+                                                         ray_address=args.ray_address,
+                                                         on_mapped=None if args.json else progress("decoding rank"))
     return emit(result, args.json, _print_text)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 
 from overlapscope.analyzer.api import buckets, buckets_run, stored_json
-from overlapscope.cli.common import add_source_arguments, emit, emit_stored, stored_run
-from overlapscope.cli.tables import clean, table
+from overlapscope.cli.common import add_source_arguments, emit, emit_stored, progress, stored_run
+from overlapscope.cli.tables import clean, say, table
 
-SUMMARY_COLUMNS = [
-    ("kind", "kind"), ("id", "id"), ("phase", "phase"), ("count", "n"), ("bytes", "bytes"),
-    ("comm_ms", "comm_ms"), ("exposed_ms", "exposed_ms"), ("busbw_gbps", "busbw_GB/s"),
-    ("predicted_comm_ms", "pred_comm_ms"), ("predicted_exposed_ms", "pred_exposed_ms"), ("inferred", "inferred"),
+SUMMARY_COLUMNS = [  # least important last: a narrow terminal leaves them out
+    ("kind", "kind"), ("id", "id"), ("phase", "phase"), ("count", "n"),
+    ("comm_ms", "comm_ms"), ("exposed_ms", "exposed_ms"), ("predicted_comm_ms", "pred_comm_ms"),
+    ("predicted_exposed_ms", "pred_exposed_ms"), ("busbw_gbps", "busbw_GB/s"), ("bytes", "bytes"),
+    ("inferred", "inferred"),
 ]
 STEP_COLUMNS = [
     ("rank", "rank"), ("step", "step"), ("comm_ms", "comm_ms"), ("exposed_comm_ms", "exposed_ms"),
@@ -31,29 +32,31 @@ def add_parser(sub) -> None:
 
 def _print_text(result: dict) -> None:
     run = result["run"]
-    print(f"run: {clean(run['name'])} (world size {run['world_size']}, {clean(run['backend'] or '?')}, "
+    say(f"run: {clean(run['name'])} (world size {run['world_size']}, {clean(run['backend'] or '?')}, "
           f"{run['parallelism'] or 'parallelism from the trace'})")
     print()
-    print("per bucket / unit / phase (means over ranks and steps; most exposed first)")
-    print(table([{**s, "id": s["id"] if s["id"] != "" else "<root>"} for s in result["summary"]], SUMMARY_COLUMNS))
+    say("per bucket / unit / phase (means over ranks and steps; most exposed first)")
+    print(table([{**s, "id": s["id"] if s["id"] != "" else "<root>"} for s in result["summary"]], SUMMARY_COLUMNS,
+                what="groups"))
     print()
-    print(table(result["steps"], STEP_COLUMNS))
+    say("per step: measured beside the model's prediction")
+    print(table(result["steps"], STEP_COLUMNS, rank_by="exposed_comm_ms", what="steps"))
     m = result["measured"]
     print()
     f, w = m["flops_per_s"], m["bus_bandwidth_bytes_per_s"]
-    print(f"F = {f / 1e12:.4g} TFLOP/s ({m['flops_source']})" if f else "F = unknown (no FLOP counts, no calibration)")
-    print(f"W = {w / 1e9:.4g} GB/s bus bandwidth ({m['bandwidth_source']})" if w else "W = unknown")
+    say(f"F = {f / 1e12:.4g} TFLOP/s ({m['flops_source']})" if f else "F = unknown (no FLOP counts, no calibration)")
+    say(f"W = {w / 1e9:.4g} GB/s bus bandwidth ({m['bandwidth_source']})" if w else "W = unknown")
     if result["model"]:
         first = result["model"][0]
         if first["verdict"]:
-            print(f"model: {first['stage']}, {first['tokens']:.0f} tokens per micro-batch against "
+            say(f"model: {first['stage']}, {first['tokens']:.0f} tokens per micro-batch against "
                   f"{first['tokens_to_hide']:.0f} needed to hide the comm: {first['verdict']}")
         else:
-            print(f"model: {first['reason']}")
+            say(f"model: {first['reason']}")
         if first.get("caveat"):
-            print(f"note: {first['caveat']}")
+            say(f"note: {first['caveat']}")
     if any(s["inferred"] for s in result["summary"]):
-        print("inferred: buckets or units read from the order of the collectives (no annotations in the trace)")
+        say("inferred: buckets or units read from the order of the collectives (no annotations in the trace)")
 
 
 def run(args) -> int:
@@ -62,5 +65,5 @@ def run(args) -> int:
         return 0  # what ingest stored, printed as it is
     result = (buckets_run(*stored, tokens=args.tokens) if stored
               else buckets(args.paths, workers=args.workers, tokens=args.tokens, engine=args.engine,
-                           ray_address=args.ray_address))
+                           ray_address=args.ray_address, on_mapped=None if args.json else progress("decoding rank")))
     return emit(result, args.json, _print_text)

@@ -48,6 +48,24 @@ def add_source_arguments(p) -> None:
     p.add_argument("--db", metavar="FILE", help="the catalog file (default: $OVERLAPSCOPE_DB or the user data dir)")
     p.add_argument("--workers", type=int, default=None, help="parallel decode processes (default: CPUs)")
     add_engine_arguments(p)
+    add_display_arguments(p)
+
+
+def add_display_arguments(p) -> None:
+    p.add_argument("--wide", action="store_true",
+                   help="print every column of a table (default: fit the terminal, else 100 columns)")
+    p.add_argument("--top", type=int, metavar="N", default=None,
+                   help="rows of a long table (default 20, the ones that matter most; 0: all)")
+
+
+def progress(label: str):
+    """A callback ``(done, total)`` drawing one line on stderr, only on a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def report(done: int, total: int) -> None:
+        print(f"\r{label} {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    return report
 
 
 def stored_run(args):

@@ -73,20 +73,22 @@ def settings(env: dict):
 
 
 def _prepare(chosen) -> None:
-    """Create the catalog and load the samples now, so the first page opens at once."""
+    """Create the catalog; into an empty one, load the samples in the background while the
+    server already answers (dashboard/samples.py): the first page opens at once."""
     from overlapscope.analyzer.errors import CatalogBusy
+    from overlapscope.dashboard import samples
 
     try:
         con = open_catalog(chosen.db)
     except CatalogBusy as err:  # the pages and the API wait for it on each use
         print(f"overlapscope: note: {err}", file=sys.stderr)
         return
-    try:
-        loaded = catalog.ensure_samples(con, chosen.samples_dir) if chosen.load_samples else []
-    finally:
-        con.close()
-    if loaded:
-        print(f"loaded {len(loaded)} sample run(s) into {chosen.db}", file=sys.stderr)
+    con.close()
+    if chosen.load_samples and samples.start(chosen.db, chosen.samples_dir) is not None:
+        print(f"loading {samples.PROGRESS.total} sample runs into {chosen.db} while the dashboard starts",
+              file=sys.stderr, flush=True)
+    # the pages never load them a second time
+    os.environ["OVERLAPSCOPE_NO_SAMPLES"] = "1"
 
 
 def run_dashboard(args) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 
 from overlapscope.analyzer.api import diagnose, diagnose_run, stored_json
-from overlapscope.cli.common import add_source_arguments, emit, emit_stored, stored_run
-from overlapscope.cli.tables import clean
+from overlapscope.cli.common import add_source_arguments, emit, emit_stored, progress, stored_run
+from overlapscope.cli.tables import DISPLAY, clean, say
 
 MARK = {"fail": "FAIL", "warn": "WARN", "pass": "pass", "n/a": " n/a"}
 
@@ -23,17 +23,24 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _gain(ms: float) -> str:
+    return f"saves {ms:.2f} ms per step" if ms >= 0 else f"costs {-ms:.2f} ms per step"
+
+
 def _print_text(result: dict, show_all: bool) -> None:
     run = result["run"]
     print(f"run: {clean(run['name'])} (world size {run['world_size']}, {clean(run['backend'] or '?')})")
     print()
     for f in result["findings"]:
-        print(f"{MARK[f['status']]}  {f['id']:26} {f['title']}")
+        say(f"{MARK[f['status']]}  {f['id']:26} {f['title']}", indent=" " * 33)
         if f["status"] in ("fail", "warn") or show_all:
             for label, text in (("evidence", clean(f["evidence"])), ("fix", clean(f["fix"]))):
-                body = textwrap.fill(text, width=100, initial_indent=f"      {label}: ",
+                body = textwrap.fill(text, width=DISPLAY.width, initial_indent=f"      {label}: ",
                                      subsequent_indent=" " * (8 + len(label)))
                 print(body)
+            if f.get("whatif") and f.get("predicted_gain_ms") is not None:
+                say(f"      what if: {clean(f['whatif'])} {_gain(f['predicted_gain_ms'])} "
+                    f"(overlapscope whatif ... {clean(f['whatif'])})", indent=" " * 15)
     counts = {s: sum(f["status"] == s for f in result["findings"]) for s in MARK}
     print()
     print(f"{counts['fail']} fail, {counts['warn']} warn, {counts['pass']} pass, {counts['n/a']} n/a")
@@ -45,5 +52,6 @@ def run(args) -> int:
         return 0  # what ingest stored, printed as it is
     result = (diagnose_run(*stored, tokens=args.tokens) if stored
               else diagnose(args.paths, workers=args.workers, tokens=args.tokens, engine=args.engine,
+                            on_mapped=None if args.json else progress("decoding rank"),
                             ray_address=args.ray_address))
     return emit(result, args.json, lambda r: _print_text(r, args.all))

@@ -1,9 +1,21 @@
-"""Plain-text tables for the CLI: fixed-width columns, units in the headers; and
-``clean`` for every text that reaches the terminal from a trace, a manifest or a user."""
+"""Plain-text output for the CLI: tables that fit the terminal, wrapped prose, progress on
+stderr; and ``clean`` for every text that reaches the terminal from a trace, a
+manifest or a user.
+
+A table keeps to ``DISPLAY.width`` columns (the terminal's, else 100) by leaving out
+its last columns, which each command orders least important last, with a line
+naming them (``--wide`` shows all), and to ``DISPLAY.top`` rows (``--top N``; the
+rows that matter most, e.g. the most exposed, with a line saying how many were left
+out; ``--top 0`` shows all).
+"""
 
 from __future__ import annotations
 
 import re
+import shutil
+import sys
+import textwrap
+from dataclasses import dataclass
 
 # C0 and C1 control characters (ANSI escapes start with one; a newline would break a row)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -23,11 +35,64 @@ def _cell(value) -> str:
     return clean(value)
 
 
-def table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
-    """Render rows as a table; columns are (key, header) pairs."""
-    cells = [[_cell(r.get(k)) for k, _ in columns] for r in rows]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h) in enumerate(columns)]
-    lines = ["  ".join(h.rjust(w) for (_, h), w in zip(columns, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)
+DEFAULT_WIDTH = 100  # what a table keeps to when stdout is no terminal
+DEFAULT_TOP = 20  # rows of a long table: a screenful
+
+
+@dataclass
+class Display:
+    width: int = DEFAULT_WIDTH
+    wide: bool = False  # every column, whatever the width
+    top: int = DEFAULT_TOP  # 0: every row
+
+
+DISPLAY = Display()
+
+
+def configure(wide: bool = False, top: int | None = None) -> None:
+    """Set the output's width (the terminal's when stdout is one) and the row limit."""
+    width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if sys.stdout.isatty() else DEFAULT_WIDTH
+    DISPLAY.width, DISPLAY.wide = max(40, width), wide
+    DISPLAY.top = DEFAULT_TOP if top is None else max(0, top)
+
+
+def say(text: str = "", indent: str = "  ") -> None:
+    """Print prose wrapped to the output's width (continuation lines indented)."""
+    print(textwrap.fill(text, width=DISPLAY.width, subsequent_indent=indent) if text else "")
+
+
+def _render(cells: list[list[str]], headers: list[str]) -> list[str]:
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
+    return lines + ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+
+
+def table(rows: list[dict], columns: list[tuple[str, str]], rank_by: str | None = None,
+          what: str = "rows") -> str:
+    """Render rows as a table; columns are (key, header) pairs, least important last.
+    Over ``DISPLAY.top`` rows, the rows with the largest ``rank_by`` are kept (in their
+    order), else the first ones."""
+    notes = []
+    top = DISPLAY.top
+    if top and len(rows) > top:
+        if rank_by:
+            keep = set(sorted(range(len(rows)), key=lambda i: -(rows[i].get(rank_by) or 0))[:top])
+            shown = [r for i, r in enumerate(rows) if i in keep]
+            notes.append(f"({len(rows) - top} more {what} not shown: the {top} with the most "
+                         f"{rank_by.replace('_ms', '').replace('_', ' ')} are; --top 0 shows all)")
+        else:
+            shown = rows[:top]
+            notes.append(f"({len(rows) - top} more {what} not shown; --top 0 shows all)")
+    else:
+        shown = rows
+    cells = [[_cell(r.get(k)) for k, _ in columns] for r in shown]
+    headers = [h for _, h in columns]
+    lines = _render(cells, headers)
+    dropped = []
+    while not DISPLAY.wide and len(headers) > 2 and max(len(line) for line in lines) > DISPLAY.width:
+        dropped.insert(0, headers.pop())
+        cells = [c[:len(headers)] for c in cells]
+        lines = _render(cells, headers)
+    if dropped:
+        notes.append(f"({', '.join(dropped)} left out to fit {DISPLAY.width} columns; --wide shows them)")
+    return "\n".join(lines + notes)

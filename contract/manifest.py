@@ -38,6 +38,7 @@ class Bucket(msgspec.Struct, kw_only=True):
     bytes: int | None = None  # the gradient buffer
     params: int | None = None  # parameter elements
     param_names: list[str] = []
+    param_bytes: list[int] = []  # gradient bytes of each parameter, in param_names' order
 
 
 class Unit(msgspec.Struct, kw_only=True):
@@ -48,6 +49,7 @@ class Unit(msgspec.Struct, kw_only=True):
     bytes: int | None = None  # their unsharded size at param_dtype
     reshard_after_forward: bool | int = True  # the effective value (an int: resharded to a smaller group)
     param_names: list[str] = []
+    param_bytes: list[int] = []  # unsharded bytes of each parameter at param_dtype, in param_names' order
 
 
 class Mesh(msgspec.Struct, kw_only=True):

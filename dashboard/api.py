@@ -10,6 +10,10 @@
 - ``GET /api/v1/runs/{id}``: a run with its per-rank figures and findings.
 - ``GET /api/v1/runs/{id}/check?baseline=previous|ID&metric=M&max_regression_pct=X``:
   the gate's verdict (``analyzer/gate.py``).
+- ``GET /api/v1/runs/{id}/whatif?bucket-mb=5&sync=off&sweep=tokens=0.5x,2x...``: the
+  what-if (``whatif --json``); parameters are the command line's flags without ``--``.
+- ``GET /api/v1/runs/{id}/perfetto``: the run as one Chrome-trace JSON (gzip), the
+  file ``export --perfetto`` writes, as a download.
 
 A pushed body is spooled to a temporary file as it arrives (never held in
 memory) and refused with 413 as soon as it passes the limit; the run is decoded
@@ -111,6 +115,8 @@ class Api:
             Route(f"{PREFIX}/runs", self.push, methods=["POST"]),
             Route(f"{PREFIX}/runs/{{run_id:int}}", self.get_run, methods=["GET"]),
             Route(f"{PREFIX}/runs/{{run_id:int}}/check", self.check, methods=["GET"]),
+            Route(f"{PREFIX}/runs/{{run_id:int}}/whatif", self.whatif, methods=["GET"]),
+            Route(f"{PREFIX}/runs/{{run_id:int}}/perfetto", self.perfetto, methods=["GET"]),
         ]
 
     def close(self) -> None:
@@ -165,6 +171,41 @@ class Api:
             return _error(400, str(err))
         baseline = params.get("baseline") or "previous"
         return await self._read(lambda con: gate.check(con, run_id, baseline, metric, max_pct))
+
+    async def whatif(self, request: Request) -> Response:
+        from overlapscope.analyzer import api
+        from overlapscope.analyzer.whatif import changes as whatif_changes
+
+        run_id = request.path_params["run_id"]
+        flags = {k: v for k, v in request.query_params.items() if k != "sweep"}
+        try:
+            unknown = sorted(set(flags) - set(whatif_changes.READERS))
+            if unknown:
+                raise UsageError(f"unknown what-if parameter {unknown[0]!r}: one of {', '.join(whatif_changes.READERS)}")
+            if "sync" in flags:
+                flags["sync"] = whatif_changes.parse_switch(flags["sync"], "sync")
+            base = whatif_changes.read(flags)
+            spec = request.query_params.get("sweep")
+            sweep = whatif_changes.sweep(spec, base) if spec else None
+        except UsageError as err:
+            return _error(400, str(err))
+        return await self._read(lambda con: api.whatif_run(con, run_id, base, sweep))
+
+    async def perfetto(self, request: Request) -> Response:
+        from starlette.background import BackgroundTask
+        from starlette.responses import FileResponse
+
+        from overlapscope.analyzer import api
+
+        run_id = request.path_params["run_id"]
+        folder = tempfile.mkdtemp(prefix="overlapscope-export-")
+        out = os.path.join(folder, f"run-{run_id}.perfetto.json.gz")
+        cleanup = BackgroundTask(shutil.rmtree, folder, ignore_errors=True)
+        response = await self._read(lambda con: api.export_perfetto_run(con, run_id, out))
+        if response.status_code != 200:
+            shutil.rmtree(folder, ignore_errors=True)
+            return response
+        return FileResponse(out, media_type="application/gzip", filename=os.path.basename(out), background=cleanup)
 
     # --- the one write: a pushed run ------------------------------------------------------
 

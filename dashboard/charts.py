@@ -1,6 +1,7 @@
 """Chart builders: plain rows in, an Altair chart out. Pure: no Streamlit, no catalog.
 
-Colors: compute blue, comm aqua, exposed comm violet (as docs/model.md draws the replays).
+Colours (Okabe-Ito, told apart by colour-blind readers too): compute blue, hidden comm sky blue,
+exposed comm vermillion (orange-red), memcpy orange, memset yellow, idle grey; outlines black.
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-COMPUTE, COMM, EXPOSED = "#3b82f6", "#22d3ee", "#8b5cf6"
-MEMCPY, MEMSET, IDLE, HIGHLIGHT = "#f59e0b", "#fcd34d", "#cbd5e1", "#dc2626"
+COMPUTE, COMM, EXPOSED = "#0072B2", "#56B4E9", "#D55E00"
+MEMCPY, MEMSET, IDLE, HIGHLIGHT = "#E69F00", "#F0E442", "#BBBBBB", "#000000"
 KIND_COLORS = {"compute": COMPUTE, "comm": COMM, "memcpy": MEMCPY, "memset": MEMSET, "exposed": EXPOSED}
 LANE_PX = 26
 
@@ -44,8 +45,9 @@ def step_breakdown(rank_rows: list[dict], highlight_rank: int | None = None) -> 
     long = [{**r, "slowest": r["rank"] == highlight_rank} for r in _long(rank_rows, labels, "part", "ms")]
     long = _frame(long, ["rank", "part", "ms", "slowest", "comm_ms", "hidden_comm_ms", "step_ms", "overlap_pct"])
     parts = list(labels.values())
+    many = len({r["rank"] for r in rank_rows}) > 16  # beyond 16 ranks the labels stand upright
     return alt.Chart(long).mark_bar().encode(
-        x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0)),
+        x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=-90 if many else 0, labelOverlap=False)),
         y=alt.Y("ms:Q", title="mean step (ms)", stack="zero"),
         color=alt.Color("part:N", title=None, sort=parts,
                         scale=alt.Scale(domain=parts, range=[c for _, c in BREAKDOWN_PARTS.values()])),
@@ -66,8 +68,8 @@ def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[in
     """Rank x step grid coloured by ``metric``; the highlighted (slowest) cell is outlined."""
     df = _frame([{**s, "slowest": (s["rank"], s["step"]) == highlight} for s in steps],
                 ["rank", "step", metric, "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "slowest"])
-    base = alt.Chart(df).encode(x=alt.X("step:O", title="step", axis=alt.Axis(labelAngle=0)),
-                                y=alt.Y("rank:O", title="rank"))
+    base = alt.Chart(df).encode(x=alt.X("step:O", title="step", axis=alt.Axis(labelAngle=0, labelOverlap=False)),
+                                y=alt.Y("rank:O", title="rank", axis=alt.Axis(labelOverlap=False)))
     cells = base.mark_rect().encode(
         color=alt.Color(f"{metric}:Q", title=metric.replace("_", " "), scale=alt.Scale(scheme="purples")),
         tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("step:O"),
@@ -78,7 +80,8 @@ def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[in
     )
     outline = base.mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=3).transform_filter(alt.datum.slowest)
     ranks = df["rank"].n_unique() if len(df) else 1
-    return (cells + outline).properties(height=min(600, max(120, 22 * ranks)))
+    # rows of 24 px (16 px beyond 32 ranks: the page scrolls), every rank labelled
+    return (cells + outline).properties(height=alt.Step(24 if ranks <= 32 else 16))
 
 
 # --- timeline ----------------------------------------------------------------------
@@ -86,7 +89,7 @@ def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[in
 
 def timeline(tl: dict) -> alt.LayerChart:
     """Lanes of one step: compute, comm, memcpy marks, the exposed parts of comm in
-    violet on top (comm left aqua is hidden), each rank's window in grey behind.
+    vermillion on top (comm left sky blue is hidden), each rank's window in grey behind.
     Drag or scroll to zoom in time."""
     lanes = [lane["lane"] for lane in tl["lanes"]]
     columns = ["lane", "kind", "name", "start_ms", "end_ms", "dur_ms", "busy_ms", "marks", "coll_kind",
@@ -114,8 +117,12 @@ def timeline(tl: dict) -> alt.LayerChart:
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
     back = alt.Chart(background).mark_bar(color="#f1f5f9").encode(x=x, x2="end_ms:Q", y=y).add_params(zoom)
     color = alt.Color("kind:N", title=None, scale=_kind_scale(kinds), sort=kinds)
-    drawn = alt.Chart(marks).mark_bar().encode(x=x, x2="end_ms:Q", y=y, color=color, tooltip=tooltip)
-    hidden = alt.Chart(exposed).mark_bar().encode(x=x, x2="end_ms:Q", y=y, color=color, tooltip=tooltip)
+    # an outline of the bar's own colour keeps a kernel of a fraction of a pixel visible
+    stroke = alt.Stroke("kind:N", scale=_kind_scale(kinds), legend=None)
+    drawn = alt.Chart(marks).mark_bar(strokeWidth=1).encode(x=x, x2="end_ms:Q", y=y, color=color, stroke=stroke,
+                                                           tooltip=tooltip)
+    hidden = alt.Chart(exposed).mark_bar(strokeWidth=1).encode(x=x, x2="end_ms:Q", y=y, color=color, stroke=stroke,
+                                                              tooltip=tooltip)
     return alt.layer(back, drawn, hidden).properties(height=alt.Step(LANE_PX))
 
 
@@ -123,13 +130,13 @@ def timeline(tl: dict) -> alt.LayerChart:
 
 
 def exposed_hidden(groups: list[dict]) -> alt.Chart:
-    """Per bucket/unit/phase: mean exposed (violet) and hidden (aqua) comm per step."""
+    """Per bucket/unit/phase: mean exposed (vermillion) and hidden (sky blue) comm per step."""
     keep = ("group", "comm_ms", "bytes", "count", "busbw_gbps", "exposed_ms", "hidden_ms")
     long = _frame(_long([{k: g.get(k) for k in keep} for g in groups], {"exposed_ms": "exposed", "hidden_ms": "hidden"},
                         "part", "ms"), ["group", "part", "ms", "comm_ms", "bytes", "count", "busbw_gbps"])
     order = [g["group"] for g in groups]
     return alt.Chart(long).mark_bar().encode(
-        y=alt.Y("group:N", sort=order, title=None, axis=alt.Axis(labelLimit=280)),
+        y=alt.Y("group:N", sort=order, title=None, axis=alt.Axis(labelLimit=280, labelOverlap=False)),
         x=alt.X("ms:Q", title="mean comm per collective (ms)", stack="zero"),
         color=alt.Color("part:N", title=None, scale=alt.Scale(domain=["exposed", "hidden"], range=[EXPOSED, COMM])),
         tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("comm_ms:Q", format=".3f"),
@@ -143,14 +150,16 @@ def bus_bandwidth(groups: list[dict], measured_gbps: float | None = None) -> alt
     df = _frame([{k: g.get(k) for k in ("group", "busbw_gbps", "bytes")} for g in groups
                  if g.get("busbw_gbps") is not None], ["group", "busbw_gbps", "bytes"])
     bars = alt.Chart(df).mark_bar(color=COMM).encode(
-        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280)),
+        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280, labelOverlap=False)),
         x=alt.X("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
         tooltip=["group:N", alt.Tooltip("busbw_gbps:Q", format=".3f"), alt.Tooltip("bytes:Q", format=",")])
     chart = bars
     if measured_gbps:
-        rule = alt.Chart(_frame([{"w": measured_gbps, "label": f"W = {measured_gbps:.3g} GB/s"}])).mark_rule(
-            color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="w:Q", tooltip=["label:N"])
-        chart = bars + rule
+        level = _frame([{"w": measured_gbps, "label": f"run's W = {measured_gbps:.3g} GB/s"}])
+        rule = alt.Chart(level).mark_rule(color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="w:Q", tooltip=["label:N"])
+        text = alt.Chart(level).mark_text(align="left", baseline="top", dx=4, y=2, color=HIGHLIGHT).encode(
+            x="w:Q", text="label:N")
+        chart = bars + rule + text
     return chart.properties(height=max(120, 22 * max(1, len(df))))
 
 
@@ -161,9 +170,9 @@ def predicted_vs_measured(groups: list[dict]) -> alt.Chart:
     df = _frame(groups, ["group", *fields])
     long = _frame(_long([{k: g.get(k) for k in ("group", *fields)} for g in groups], fields, "what", "ms"),
                   ["group", "what", "ms"])
-    colors = [COMM, "#a5f3fc", EXPOSED, "#ddd6fe"]
+    colors = [COMM, "#B9DDF3", EXPOSED, "#F2BE99"]  # measured, then a light tint for predicted
     return alt.Chart(long).mark_bar().encode(
-        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280)),
+        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280, labelOverlap=False)),
         yOffset=alt.YOffset("what:N", sort=list(fields.values())),
         x=alt.X("ms:Q", title="ms per collective"),
         color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(fields.values()), range=colors)),
@@ -218,7 +227,7 @@ def memory(rows: list[dict], device_bytes: float | None = None, peak_bytes: floa
                 ["stage", "part", "bytes", "total_bytes", "amount", "total"])
     stages = list(dict.fromkeys(r["stage"] for r in rows))
     bars = alt.Chart(df).mark_bar().encode(
-        x=alt.X("stage:N", sort=stages, title="stage"),
+        x=alt.X("stage:N", sort=stages, title="stage", axis=alt.Axis(labelOverlap=False, labelAngle=0)),
         y=alt.Y("amount:Q", title=f"model states per GPU ({unit})", stack="zero"),
         color=alt.Color("part:N", title=None, sort=["weights", "gradients", "optimizer"],
                         scale=alt.Scale(range=[COMPUTE, COMM, "#94a3b8"])),
@@ -243,10 +252,11 @@ def compare_steps(rows: list[dict], metric: str = "step_ms") -> alt.Chart:
     """Two runs side by side per profiled step (by position), mean over ranks."""
     df = _frame(rows, ["run", "step_index", "step", metric])
     return alt.Chart(df).mark_bar().encode(
-        x=alt.X("step_index:O", title="profiled step (position)", axis=alt.Axis(labelAngle=0)),
+        x=alt.X("step_index:O", title="profiled step (position)", axis=alt.Axis(labelAngle=0, labelOverlap=False)),
         xOffset="run:N",
         y=alt.Y(f"{metric}:Q", title=metric.replace("_", " ")),
-        color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY])),
+        color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY]),
+                        legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
         tooltip=["run:N", "step:O", alt.Tooltip(f"{metric}:Q", format=".3f")],
     ).properties(height=260)
 
@@ -256,10 +266,11 @@ def compare_groups(rows: list[dict], metric: str = "exposed_ms") -> alt.Chart:
     df = _frame(rows, ["run", "group", metric])
     groups = list(dict.fromkeys(r["group"] for r in rows))
     return alt.Chart(df).mark_bar().encode(
-        y=alt.Y("group:N", sort=groups, title=None, axis=alt.Axis(labelLimit=280)),
+        y=alt.Y("group:N", sort=groups, title=None, axis=alt.Axis(labelLimit=280, labelOverlap=False)),
         yOffset="run:N",
         x=alt.X(f"{metric}:Q", title=metric.replace("_", " ")),
-        color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY])),
+        color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY]),
+                        legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
         tooltip=["run:N", "group:N", alt.Tooltip(f"{metric}:Q", format=".3f")],
     ).properties(height=max(120, 36 * len(groups)))
 
@@ -272,7 +283,7 @@ PICK = "pick"  # the History chart's click selection (Streamlit returns the pick
 def history(rows: list[dict], metric: str, title: str) -> alt.LayerChart:
     """A headline metric over time: one line per run name, a point per run (click: that
     run), and the runs that regressed against the previous run of their name marked with
-    a red triangle. Tooltips name the run, its tags and who pushed it. Drawn as SVG."""
+    a black triangle. Tooltips name the run, its tags and who pushed it. Drawn as SVG."""
     df = _frame([{**r, "stored": r["created_at"], "created_at": f"{r['created_at']}Z".replace(" ", "T")}
                  for r in rows],
                 ["run_id", "name", "created_at", "stored", "value", "tags", "pushed_by", "regression", "worse_pct"])
@@ -295,3 +306,33 @@ def history(rows: list[dict], metric: str, title: str) -> alt.LayerChart:
         x=x, y=y, tooltip=tooltip)
     return alt.layer(lines, points, marked).properties(
         height=340, usermeta={"embedOptions": {"renderer": "svg"}})
+
+
+# --- what if -----------------------------------------------------------------------
+
+WHATIF_PARTS = {"step_ms": ("predicted step", "#1e3a8a"), "exposed_comm_ms": ("predicted exposed comm", EXPOSED)}
+
+
+def whatif_sweep(points: list[dict], measured: dict, name: str) -> alt.LayerChart:
+    """Predicted step and exposed comm (ms) at each value of a sweep (x in the order given),
+    the measured step and exposed comm as dashed levels with their labels. ``points``:
+    ``{"value", "step_ms", "exposed_comm_ms", "fits"}``."""
+    order = [p["value"] for p in points]
+    rows = [{"value": p["value"], "series": label, "ms": p.get(key), "fits": p.get("fits")}
+            for p in points for key, (label, _) in WHATIF_PARTS.items()]
+    labels = [label for label, _ in WHATIF_PARTS.values()]
+    scale = alt.Scale(domain=labels, range=[c for _, c in WHATIF_PARTS.values()])
+    color = alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0), scale=scale)
+    x = alt.X("value:N", sort=order, title=f"--{name}", axis=alt.Axis(labelAngle=0))
+    base = alt.Chart(_frame(rows, ["value", "series", "ms", "fits"]))
+    tooltip = ["value:N", "series:N", alt.Tooltip("ms:Q", format=",.2f"), "fits:N"]
+    lines = base.mark_line(point=alt.OverlayMarkDef(size=80, filled=True)).encode(
+        x=x, y=alt.Y("ms:Q", title="ms per step"), color=color, tooltip=tooltip)
+    levels = [{"ms": measured.get(key), "label": f"measured {label.split(' ', 1)[1]} {measured.get(key):,.2f} ms",
+               "series": label} for key, (label, _) in WHATIF_PARTS.items() if measured.get(key) is not None]
+    rule = alt.Chart(_frame(levels, ["ms", "label", "series"])).mark_rule(strokeDash=[4, 3]).encode(
+        y="ms:Q", color=alt.Color("series:N", scale=scale, legend=None), tooltip=["label:N"])
+    text = alt.Chart(_frame(levels, ["ms", "label", "series"])).mark_text(
+        align="left", baseline="bottom", dy=-3, x=4).encode(
+        y="ms:Q", text="label:N", color=alt.Color("series:N", scale=scale, legend=None))
+    return alt.layer(lines, rule, text).properties(height=300)

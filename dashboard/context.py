@@ -135,6 +135,15 @@ def require_analyses(ctx: Context, what: str) -> None:
 def require_run(ctx: Context) -> dict:
     """The selected run; on an empty catalog, say how to add one and stop the page."""
     if ctx.run is None:
+        from overlapscope.dashboard.samples import PROGRESS
+
+        if PROGRESS.running:  # the server started before the samples were in: look again in a moment
+            st.info(f"Loading the sample runs ({PROGRESS.done} of {PROGRESS.total} stored): the first one "
+                    "appears here in a few seconds.")
+            import time
+
+            time.sleep(2.0)
+            st.rerun()
         st.info("The catalog holds no runs yet. Upload per-rank traces (or a .zip of them) to analyze a run.")
         st.page_link(UPLOAD_PAGE, label="Upload traces", icon="⬆️")
         st.stop()

@@ -113,6 +113,25 @@ def diagnosis(db: str, run_id: int, run_stamp: str) -> dict:
         return api.diagnose_run(con, run_id)
 
 
+@st.cache_resource(show_spinner="Reading the run for the what-if...", max_entries=4)
+def whatif_analysis(db: str, run_id: int, run_stamp: str):
+    """``whatif_analysis``: the run's analysis, kept to replay it under many changes."""
+    with connect(db) as con:
+        return api.whatif_analysis(con, run_id)
+
+
+@st.cache_data(show_spinner="Replaying the run...", max_entries=64)
+def whatif(db: str, run_id: int, run_stamp: str, flags: tuple[tuple[str, object], ...],
+           sweep: str | None = None) -> dict:
+    """``whatif_of`` under ``flags`` (command-line names and values, whatif.changes.read), with
+    ``sweep`` (``NAME=V1,V2,...``) on top of them."""
+    from overlapscope.analyzer.whatif import changes as whatif_changes
+
+    base = whatif_changes.read(dict(flags))
+    a, info = whatif_analysis(db, run_id, run_stamp)
+    return api.whatif_of(a, info, base, whatif_changes.sweep(sweep, base) if sweep else None)
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def facts(db: str, run_id: int, run_stamp: str) -> dict:
     """Parameters, tokens and device memory of the run (``RunInfo.facts``)."""

@@ -253,3 +253,81 @@ def history_names(rows: list[dict]) -> list[dict]:
         entry.update(runs=entry["runs"] + 1, latest_run=r["run_id"], latest=r["value"])
         entry["regressions"] += r["regression"]
     return sorted(out.values(), key=lambda e: e["name"])
+
+
+def whatif_points(sweep: dict) -> list[dict]:
+    """The rows of the What if chart: one per swept value (``whatif`` JSON's ``sweep``)."""
+    rows = []
+    for p in sweep["points"]:
+        pred = p.get("predicted") or {}
+        rows.append({"value": p["value"], "step_ms": pred.get("step_ms"),
+                     "exposed_comm_ms": pred.get("exposed_comm_ms"), "gain_ms": pred.get("gain_ms"),
+                     "fits": (p.get("memory") or {}).get("fits")})
+    return rows
+
+
+# --- readable tables ---------------------------------------------------------------
+# key -> (header with its unit, decimals, what the column is; why a row may have none)
+RANK_TABLE = {
+    "rank": ("rank", 0, "The rank (distributedInfo)."),
+    "steps": ("steps", 0, "Profiled steps of the rank."),
+    "step_ms": ("median step (ms)", 2, "The median of the rank's step times."),
+    "compute_ms": ("compute (ms, total)", 2, "Union of compute kernels (or CPU ops), over all profiled events."),
+    "comm_ms": ("comm (ms, total)", 2, "Union of communication, over all profiled events."),
+    "exposed_comm_ms": ("exposed comm (ms, total)", 2, "Comm not covered by any compute of the rank."),
+    "overlap_pct": ("overlap (%)", 1, "100 x (comm - exposed) / comm. –: the rank has no comm."),
+    "idle_ms": ("idle (ms, total)", 2, "Time in the steps with neither compute nor comm."),
+    "hta_overlap_pct": ("HTA overlap (%)", 1, "Holistic Trace Analysis' comm/compute overlap, computed the same "
+                        "way as HTA. –: HTA's figure needs GPU kernels."),
+}
+RANK_CLOCK_TABLE = {
+    "rank": ("rank", 0, "The rank (distributedInfo)."),
+    "clock_offset_ms": ("clock offset (ms)", 3, "Added to the rank's times to put the ranks on one clock."),
+    "comm_wait_ms": ("waiting in comm (ms)", 2, "Comm time spent waiting for the last rank to arrive."),
+    "comm_transfer_ms": ("transfer (ms)", 2, "Comm time after every rank arrived: the transfer itself."),
+    "exposed_wait_ms": ("exposed waiting (ms)", 2, "Exposed comm that is waiting for another rank."),
+}
+STEP_TABLE = {
+    "rank": ("rank", 0, "The rank."),
+    "step": ("step", 0, "The ProfilerStep number."),
+    "step_ms": ("step (ms)", 2, "The step's window: ProfilerStep on the host, the device work it launched."),
+    "compute_ms": ("compute (ms)", 2, "Union of compute in the step."),
+    "comm_ms": ("comm (ms)", 2, "Union of comm the step launched."),
+    "exposed_comm_ms": ("exposed comm (ms)", 2, "Comm not covered by compute."),
+    "overlap_pct": ("overlap (%)", 1, "100 x (comm - exposed) / comm. –: no comm in the step."),
+    "idle_ms": ("idle (ms)", 2, "Neither compute nor comm."),
+    "other_ms": ("memcpy/memset only (ms)", 2, "Time with only copies or memsets running."),
+    "spill_in_ms": ("from previous step (ms)", 2, "Device work of the previous step still running in this one."),
+    "spill_out_ms": ("into next step (ms)", 2, "Device work of this step still running in the next one."),
+}
+
+
+def readable_table(rows: list[dict], spec: dict):
+    """(polars frame, Streamlit column_config, headers left out) for ``rows`` read through
+    ``spec``: numbers rounded as the spec says, a column with no value anywhere left out,
+    one with gaps shown as text with a dash (its help says why)."""
+    import polars as pl
+    import streamlit as st
+
+    config: dict = {"slowest": st.column_config.TextColumn("", width="small", help="◀ the slowest")}
+    empty, out = [], []
+    columns = [k for k in spec if any(r.get(k) is not None for r in rows)]
+    empty = [spec[k][0] for k in spec if k not in columns]
+    gaps = {k for k in columns if any(r.get(k) is None for r in rows)}
+    for r in rows:
+        row = {"slowest": r.get("slowest", "")}
+        for k in columns:
+            v = r.get(k)
+            digits = spec[k][1]
+            if k in gaps:
+                row[k] = "–" if v is None else (f"{v:,.{digits}f}" if isinstance(v, float) else str(v))
+            else:
+                row[k] = round(v, digits) if isinstance(v, float) else v
+        out.append(row)
+    for k in columns:
+        label, digits, why = spec[k]
+        if k in gaps:
+            config[k] = st.column_config.TextColumn(label, help=why)
+        else:
+            config[k] = st.column_config.NumberColumn(label, help=why, format=f"%.{digits}f" if digits else "%d")
+    return pl.DataFrame(out, infer_schema_length=None), config, empty

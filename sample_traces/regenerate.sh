@@ -20,6 +20,7 @@ ddp_accum_nosync     --parallel ddp --nproc 2 --accumulation-steps 2 --no-sync
 ddp_accum_sync       --parallel ddp --nproc 2 --accumulation-steps 2
 ddp_tiny_buckets     --parallel ddp --nproc 2 --bucket-cap-mb 0.01
 ddp_straggler        --parallel ddp --nproc 2 --slow-rank 1 --slow-ms 100
+ddp_tokens_x2        --parallel ddp --nproc 2 --micro-batch-size 8
 fsdp_per_block       --parallel fsdp --nproc 2
 fsdp_no_reshard      --parallel fsdp --nproc 2 --reshard-after-forward false
 fsdp_root_only       --parallel fsdp --nproc 2 --wrapping root-only

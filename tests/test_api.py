@@ -356,3 +356,40 @@ def _ignore_errors(fn, *args):
         fn(*args)
     except OSError:  # the server stopped under it
         pass
+
+
+def test_whatif_and_the_perfetto_download(server):
+    import gzip as gz
+
+    url, _, _ = server
+    status, pushed = push_raw(url, zipped(SAMPLES / "ddp"), "whatif-api")
+    assert status == 201
+    run_id = pushed["run_id"]
+    status, answer = request(url, "GET", f"/runs/{run_id}/whatif", [("bucket-mb", "5"), ("sweep", "tokens=0.5x,2x")])
+    assert status == 200 and answer["label"] == "--bucket-mb 5"
+    assert [p["value"] for p in answer["sweep"]["points"]] == ["0.5x", "2x"]
+    from overlapscope.analyzer.api import whatif
+    from overlapscope.analyzer.whatif.changes import Changes
+    from test_docs import documented_gaps
+
+    assert answer["predicted"] == pytest.approx(whatif([str(SAMPLES / "ddp")], Changes(bucket_mb=5.0))["predicted"])
+    assert documented_gaps(answer) == []
+    for bad in ([("colour", "red")], [("bucket-mb", "lots")], [("sync", "maybe")]):
+        status, answer = request(url, "GET", f"/runs/{run_id}/whatif", bad)
+        assert status == 400 and "\n" not in answer["error"]
+    # the Perfetto export as a download: the file `export --perfetto` writes
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+    try:
+        conn.request("GET", f"/api/v1/runs/{run_id}/perfetto")
+        response = conn.getresponse()
+        body = response.read()
+        assert response.status == 200, body[:200]
+        assert f"run-{run_id}.perfetto.json.gz" in response.getheader("content-disposition")
+    finally:
+        conn.close()
+    trace = json.loads(gz.decompress(body))
+    assert trace["overlapscope_export"]["format"] == "overlapscope-perfetto/1"
+    assert {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"} >= {
+        "overlapscope: exposed comm", "overlapscope: collectives", "overlapscope: steps", "overlapscope: findings"}
+    assert request(url, "GET", "/runs/99999/perfetto")[0] == 404

@@ -203,7 +203,8 @@ def test_bucket_charts():
     assert {(r["group"], r["part"]) for r in _values(stacked)} == {
         (g["group"], p) for g in groups for p in ("exposed", "hidden")}
     bw = charts.bus_bandwidth(groups, measured_gbps=1.0)
-    assert len(_layers(bw)) == 2
+    assert len(_layers(bw)) == 3  # the bars, the run's W as a rule and its label
+    assert any(r.get("label") == "run's W = 1 GB/s" for r in _values(bw))
     assert [r["busbw_gbps"] for r in _values(bw) if "busbw_gbps" in r] == [1.2]  # None is left out
     pvm = charts.predicted_vs_measured(groups)
     assert {r["what"] for r in _values(pvm)} == {"comm, measured", "comm, predicted", "exposed, measured",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import json
 import subprocess
 import sys
 import time
@@ -91,6 +92,9 @@ def test_it_prepares_the_catalog_and_serves(monkeypatch, tmp_path, dashboard_bun
     assert served["settings"].db_path == db.resolve() and served["port"] == 8765
     assert served["address"] == "127.0.0.1", "without --address it listens on this machine only"
     assert os.environ["OVERLAPSCOPE_DB"] == str(db.resolve()), "the pages read their settings from the process"
+    from overlapscope.dashboard import samples as loading
+
+    assert loading.wait(120), "the samples load in the background while the server serves"
     con = catalog.open_catalog(db, read_only=True)
     assert [r["name"] for r in catalog.runs(con)] == ["sample/one"]
     con.close()
@@ -166,3 +170,27 @@ def test_the_server_starts_and_serves(tmp_path):
             assert r.status == 200 and b"<html" in r.read().lower()
     finally:
         stop_server(proc)
+
+
+def test_the_samples_load_while_the_server_already_answers(tmp_path, dashboard_bundles):
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    for i, bundle in enumerate(dashboard_bundles):
+        (samples / f"s{i}").symlink_to(bundle, target_is_directory=True)
+    started = time.monotonic()
+    proc, url = start_server(tmp_path / "catalog.duckdb", env={"OVERLAPSCOPE_NO_SAMPLES": "0",
+                                                               "OVERLAPSCOPE_SAMPLES_DIR": str(samples)})
+    try:
+        healthy_s = time.monotonic() - started
+        deadline = time.monotonic() + 120
+        runs = 0
+        while time.monotonic() < deadline and runs < 2:
+            with urllib.request.urlopen(f"{url}/api/v1/health", timeout=10) as r:
+                runs = json.loads(r.read())["runs"]
+            time.sleep(0.5)
+        assert runs == 2, "both samples stored"
+        print(f"healthy after {healthy_s:.1f} s, samples in after {time.monotonic() - started:.1f} s")
+    finally:
+        stop_server(proc)
+    output = proc.stdout.read().decode(errors="replace")
+    assert "loading 2 sample runs" in output and "Traceback" not in output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,11 +61,14 @@ def test_page_renders_on_a_real_run(monkeypatch, dashboard_db, page):
 def test_overview_figures_and_highlights(monkeypatch, dashboard_db):
     at = open_app(monkeypatch, dashboard_db, "views/overview.py")
     labels = [m.label for m in at.metric]
-    assert labels == ["Step time", "Exposed comm / step", "Overlap", "Slowest rank", "Slowest step"]
-    assert all(m.value.endswith("ms") for m in at.metric[:2])
+    assert labels[:5] == ["Exposed comm / step", "Exposed share of the step", "Overlap", "Step time",
+                          "Slowest rank"] and labels[5].startswith("Slowest step (rank ")
+    exposed, share, step = at.metric[0].value, at.metric[1].value, at.metric[3].value
+    assert exposed.endswith(" ms") and share.endswith(" %") and step.endswith(" ms")
+    assert any("median over the steps of the slowest rank" in c.value for c in at.caption)
     breakdown, heatmap = charts(at)
     assert "layer" in heatmap  # the cells and the slowest cell's outline
-    ranks, steps = (d.value for d in at.dataframe)
+    ranks, steps = at.dataframe[0].value, at.dataframe[-1].value  # between them: the clock table's expander
     assert ranks["slowest"].tolist().count("◀") == 1 and steps["slowest"].tolist().count("◀") == 1
     assert {"compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms", "overlap_pct"} <= set(steps.columns)
 
@@ -175,7 +179,7 @@ def test_a_fresh_catalog_gets_the_sample_runs(monkeypatch, tmp_path, dashboard_b
                   OVERLAPSCOPE_SAMPLES_DIR=str(samples))
     no_errors(at)
     assert at.title[0].value == f"Overview · {md('sample/first')}"
-    assert at.metric and at.metric[0].value.endswith("ms")
+    assert at.metric and at.metric[3].value.endswith("ms")
 
 
 def test_a_catalog_locked_by_another_process_gives_a_message(monkeypatch, tmp_path, dashboard_db):
@@ -296,7 +300,7 @@ def test_a_pruned_run_says_so_where_events_are_needed(monkeypatch, tmp_path, nig
     at = open_app(monkeypatch, db, "views/overview.py")
     at.sidebar.selectbox[0].set_value(1).run()
     no_errors(at)
-    assert at.metric[0].value.endswith("ms") and any("Pruned on" in c.value for c in at.caption)
+    assert at.metric[3].value.endswith("ms") and any("Pruned on" in c.value for c in at.caption)
     at.switch_page("views/timeline.py").run()  # the one page that draws events
     no_errors(at)
     assert any("was pruned on" in i.value for i in at.info)
@@ -312,3 +316,27 @@ def test_a_pruned_run_says_so_where_events_are_needed(monkeypatch, tmp_path, nig
     no_errors(at)
     at.switch_page("views/history.py").run()
     no_errors(at)
+
+
+def test_model_page_what_if_panel(monkeypatch, dashboard_db, dashboard_bundles):
+    """The What if panel: the replay without a change, then a change and a sweep, the same
+    figures as ``overlapscope whatif`` gives for the run's files."""
+    from overlapscope.analyzer.api import whatif
+    from overlapscope.analyzer.whatif.changes import Changes, Scale
+
+    at = open_app(monkeypatch, dashboard_db, "views/model.py")
+    at.sidebar.selectbox[0].set_value(1).run()
+    no_errors(at)
+    assert any(s.value.startswith("What if") for s in at.subheader)
+    bandwidth = at.number_input(key="wi_1_bw")
+    bandwidth.set_value(2.0).run()
+    no_errors(at)
+    expected = whatif([str(dashboard_bundles[0])], Changes(bandwidth=Scale(2.0, True)), workers=1)["predicted"]
+    step = next(m for m in at.metric if m.label == "Step (predicted)")
+    assert step.value == f"{expected['step_ms']:,.2f} ms"
+    # the sweep's chart: one predicted step and one exposed comm per value
+    sweep = next(c for c in charts(at) if "--" in json.dumps(c) and "series" in json.dumps(c))
+    assert sweep
+    rows = [r for r in chart_rows(at, len(at.get("vega_lite_chart")) - 1) if r.get("value") is not None]
+    values = {r["value"] for r in rows}
+    assert len(values) == 4 and all(r["ms"] is None or r["ms"] > 0 for r in rows)

@@ -87,7 +87,9 @@ def test_every_json_key_is_in_the_readme(tmp_path, capsys, monkeypatch):
                 ["model", "memory", "--params", "13B", "--gpus", "32", "--group", "8", "--json"],
                 ["model", "comm", "--params", "13B", "--gpus", "32", "--stage", "hsdp", "--group", "8", "--json"],
                 ["model", "hide", "--flops", "400T", "--bandwidth", "50G", "--gpus", "32", "--tokens", "4096",
-                 "--json"]]
+                 "--json"],
+                ["whatif", str(SAMPLES / "ddp"), "--bucket-mb", "5", "--no-sync", "--sweep", "tokens=1x,2x", "--json"],
+                ["whatif", str(SAMPLES / "hsdp_2x2"), "--hsdp", "2", "--wrap", "root-only", "--json"]]
     missing = {}
     for argv in commands:
         capsys.readouterr()

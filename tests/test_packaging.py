@@ -64,3 +64,23 @@ def test_an_installed_wheel_preloads_the_samples_outside_the_checkout(wheel, tmp
     module, samples, counts = out.stdout.splitlines()
     assert module.startswith(str(target)) and samples.startswith(str(target))
     assert counts == f"{len([p for p in SAMPLES.iterdir() if p.is_dir() and any(p.glob('*.json.gz'))])} True"
+
+
+def test_every_python_package_of_the_checkout_is_in_the_wheel():
+    """A package folder missing from pyproject's list works in the checkout and breaks the
+    installed wheel (analyzer/whatif once did): every folder with an __init__.py is listed."""
+    import tomllib
+
+    from conftest import ROOT
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    dirs = {folder: name for name, folder in config["package-dir"].items()}
+    found = set()
+    for top, name in dirs.items():
+        for init in (ROOT / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / top)
+            if "__pycache__" in rel.parts:
+                continue
+            found.add(".".join([name, *rel.parts]))
+    assert found - listed == set()

@@ -44,9 +44,12 @@ class BucketInfo:
     """Parameter elements (not tensors) in the bucket."""
     param_names: tuple[str, ...]
     """Fully qualified names of the bucket's parameters, in bucket order."""
+    param_bytes: tuple[int, ...] = ()
+    """Gradient bytes of each of those parameters (the what-if engine rebuilds buckets from them)."""
 
     def to_json(self) -> dict:
-        return {"index": self.index, "bytes": self.bytes, "params": self.params, "param_names": list(self.param_names)}
+        return {"index": self.index, "bytes": self.bytes, "params": self.params, "param_names": list(self.param_names),
+                "param_bytes": list(self.param_bytes)}
 
 
 class BucketRecorder:
@@ -58,8 +61,8 @@ class BucketRecorder:
 
     def __init__(self, names_by_id: dict[int, str]):
         self._names_by_id = names_by_id
-        self._pending: dict[int, tuple[int, int, tuple[int, ...]]] = {}
-        self._latest: dict[int, tuple[int, int, tuple[int, ...]]] = {}
+        self._pending: dict[int, tuple] = {}
+        self._latest: dict[int, tuple] = {}
         self.synced_backwards = 0
         """Backward passes whose buckets were all reduced (not inside no_sync)."""
 
@@ -67,7 +70,8 @@ class BucketRecorder:
         # Keep only cheap facts here: this runs on the backward's critical path.
         buffer, params = bucket.buffer(), bucket.parameters()
         numel = sum(p.numel() for p in params)
-        self._pending[bucket.index()] = (buffer.numel() * buffer.element_size(), numel, tuple(id(p) for p in params))
+        self._pending[bucket.index()] = (buffer.numel() * buffer.element_size(), numel, tuple(id(p) for p in params),
+                                         tuple(p.numel() * buffer.element_size() for p in params))
         if bucket.is_last():
             self._latest, self._pending = self._pending, {}
             self.synced_backwards += 1
@@ -75,8 +79,8 @@ class BucketRecorder:
     def buckets(self) -> "list[BucketInfo]":
         """The bucket map of the last synchronizing backward pass, by index."""
         return [
-            BucketInfo(index, nbytes, params, tuple(self._names_by_id.get(i, "?") for i in ids))
-            for index, (nbytes, params, ids) in sorted(self._latest.items())
+            BucketInfo(index, nbytes, params, tuple(self._names_by_id.get(i, "?") for i in ids), sizes)
+            for index, (nbytes, params, ids, sizes) in sorted(self._latest.items())
         ]
 
 

@@ -37,6 +37,8 @@ class UnitInfo:
     """Effective value: True, False, or the group size it reshards to."""
     param_names: tuple[str, ...]
     """Fully qualified names of the unit's parameters."""
+    param_bytes: tuple[int, ...] = ()
+    """Unsharded bytes of each of those parameters (the what-if engine re-wraps units from them)."""
 
     def to_json(self) -> dict:
         return {
@@ -45,6 +47,7 @@ class UnitInfo:
             "bytes": self.bytes,
             "reshard_after_forward": self.reshard_after_forward,
             "param_names": list(self.param_names),
+            "param_bytes": list(self.param_bytes),
         }
 
 
@@ -161,6 +164,7 @@ def _fsdp2_unit(group, module_name: str) -> UnitInfo:
         bytes=sum(n * d.itemsize for n, d in zip(params, dtypes)),
         reshard_after_forward=reshard,
         param_names=tuple(getattr(fp, "_param_fqn", "?") for fp in group.fsdp_params),
+        param_bytes=tuple(n * d.itemsize for n, d in zip(params, dtypes)),
     )
 
 
@@ -192,6 +196,7 @@ def _fsdp1_layout(model: nn.Module) -> ShardingLayout:
                     not module._is_root and handle._sharding_strategy in RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES
                 ),
                 param_names=tuple(_join(name, fqn) for fqn in handle.flat_param._fqns),
+                param_bytes=tuple(n * handle._fwd_bwd_param_dtype.itemsize for n in numels),
             )
         )
     if not handles:

@@ -11,20 +11,30 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from overlapscope.analyzer.checklist import comm, ddp, fsdp, host, straggler  # noqa: F401  (they register the rules)
+from overlapscope.analyzer.checklist import comm, ddp, fsdp, gains, host, straggler  # noqa: F401  (they register the rules)
 from overlapscope.analyzer.checklist.context import CheckContext, build
 from overlapscope.analyzer.checklist.findings import RULES, STATUS_ORDER, THRESHOLDS, Finding
 from overlapscope.analyzer.predict.buckets import RunAnalysis
 
 
+def _rank(f: Finding) -> tuple:
+    """Failed first; then by what the fix would buy (the what-if's gain), else by what the
+    finding costs (impact); then by id."""
+    worth = f.predicted_gain_ms if f.predicted_gain_ms is not None else (f.impact_ms or 0)
+    return (STATUS_ORDER[f.status], -worth, f.id)
+
+
 def evaluate(ctx: CheckContext) -> list[Finding]:
-    """Every rule on one context; failed first, then by impact, then by id."""
+    """Every rule on one context, ranked (``_rank``)."""
     findings = [r(ctx) for r in RULES.values()]
-    findings.sort(key=lambda f: (STATUS_ORDER[f.status], -(f.impact_ms or 0), f.id))
+    findings.sort(key=_rank)
     return findings
 
 
 def diagnose(con, analysis: RunAnalysis) -> dict:
-    """The ``diagnose`` result (the JSON contract, without ``run``)."""
+    """The ``diagnose`` result (the JSON contract, without ``run``): each failed or warned
+    finding whose fix a what-if expresses carries its predicted gain (checklist.gains)."""
     findings = evaluate(build(con, analysis))
+    gains.link(findings, analysis)
+    findings.sort(key=_rank)
     return {"findings": [asdict(f) for f in findings], "thresholds": {k: asdict(v) for k, v in THRESHOLDS.items()}}

@@ -72,6 +72,8 @@ class Finding:
     severity: int = 0
     impact_ms: float | None = None  # time per step this finding accounts for
     details: dict = field(default_factory=dict)
+    predicted_gain_ms: float | None = None  # step time the what-if of its fix saves (checklist.gains)
+    whatif: str | None = None  # that what-if's flags (``overlapscope whatif PATH <flags>``)
 
     def __post_init__(self):
         if self.status not in STATUS_ORDER:

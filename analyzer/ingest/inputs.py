@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass
 
 from overlapscope.analyzer.errors import InputError
-from overlapscope.analyzer.ingest import files
+from overlapscope.analyzer.ingest import exported, files
 from overlapscope.analyzer.ingest.limits import ENV_MAX_MEMBERS, Limits, from_env as limits_from_env, mb
 from overlapscope.contract import manifest as contract
 from overlapscope.contract.manifest import Manifest
@@ -36,10 +36,13 @@ class TraceSource:
 
     path: str  # the file on disk (the archive for a zip member)
     member: str | None = None  # the member name inside the archive
+    label: str | None = None  # how to name it when its path is not the user's (a rank split out of an export)
 
     @property
     def display(self) -> str:
         """How errors and tables name this file."""
+        if self.label:
+            return self.label
         return f"{self.path}:{self.member}" if self.member else self.path
 
     @property
@@ -157,6 +160,9 @@ def resolve(paths: list[str], limits: Limits | None = None) -> Inputs:
             with files.open_binary(path) as f:
                 manifest_one, text = _read_manifest(f.read, files.size(path), path, limits)
             found = Inputs([], manifest_one, path, text)
+        elif not files.is_uri(path) and exported.is_export(path):  # every rank in one file: split back
+            found = _from_dir(exported.split(path, limits.max_archive_bytes), limits)
+            found.sources = [TraceSource(s.path, label=f"{path}#{s.basename}") for s in found.sources]
         else:
             found = Inputs([TraceSource(path)])
         sources.extend(found.sources)

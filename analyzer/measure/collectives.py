@@ -46,9 +46,10 @@ class Collective(msgspec.Struct, frozen=True, kw_only=True):
     launch_ts_ns: int | None = None
     ready_ns: int | None = None  # GPU: when the compute launched before it had finished
     compute_before_ns: int = 0  # compute before its launch (collectives.sql): windows are differences
+    compute_after_ns: int | None = None  # its step's compute after its launch (None: stored before it was kept)
 
 
-INTERNAL_FIELDS = ("start_ns", "launch_ts_ns", "ready_ns", "compute_before_ns")
+INTERNAL_FIELDS = ("start_ns", "launch_ts_ns", "ready_ns", "compute_before_ns", "compute_after_ns")
 
 
 def as_json(rows: list[Collective]) -> list[dict]:
@@ -107,6 +108,6 @@ def compute(con, info: RunInfo) -> list[Collective]:
             busbw_gbps=_busbw_gbps(nbytes, r["comm_ns"], r["collective"], group),
             inferred=bool(r["inferred"]), event_id=r["event_id"],
             start_ns=r["ts_ns"], launch_ts_ns=r["cpu_launch_ts_ns"], ready_ns=r["ready_ns"],
-            compute_before_ns=r["compute_before_ns"] or 0,
+            compute_before_ns=r["compute_before_ns"] or 0, compute_after_ns=r.get("compute_after_ns"),
         ))
     return out

@@ -32,9 +32,12 @@ class Bucket:
     """When its last gradient became ready, seconds after the backward pass starts."""
     comm_s: float
     """Predicted all-reduce time of the bucket (seconds)."""
+    delay_s: float = 0.0
+    """Time it waits after it could start (ready, lane free) before it starts: what a
+    measured bucket waited for its peers or the backend's thread (seconds)."""
 
     def __post_init__(self):
-        if self.ready_s < 0 or self.comm_s < 0:
+        if self.ready_s < 0 or self.comm_s < 0 or self.delay_s < 0:
             raise ValueError(f"bucket times must be >= 0, got {self}")
 
 
@@ -96,7 +99,7 @@ def replay_ddp(buckets: Sequence[Bucket], backward_end_s: float) -> DdpTimeline:
     Assumptions: the backward pass keeps the compute lane busy from 0 to
     ``backward_end_s``; buckets launch in the order given (DDP's fixed bucket
     order, the same on every rank), each at max(its ready time, the previous
-    bucket's end). A bucket's exposed time is the part of its all-reduce after
+    bucket's end) plus its ``delay_s``. A bucket's exposed time is the part of its all-reduce after
     ``backward_end_s``; with buckets that finish before the next one is ready,
     only the last one is exposed (docs/model.md, "DDP buckets").
     """
@@ -104,7 +107,7 @@ def replay_ddp(buckets: Sequence[Bucket], backward_end_s: float) -> DdpTimeline:
         raise ValueError(f"backward_end_s must be >= 0, got {backward_end_s}")
     spans, lane_free = [], 0.0
     for index, bucket in enumerate(buckets):
-        start = max(bucket.ready_s, lane_free)
+        start = max(bucket.ready_s, lane_free) + bucket.delay_s
         end = start + bucket.comm_s
         exposed = max(0.0, end - max(start, backward_end_s))
         spans.append(BucketSpan(index, bucket.ready_s, start, end, exposed))
@@ -131,9 +134,16 @@ class FsdpUnit:
     """All-gather of its parameters (seconds), the same in forward and backward."""
     reduce_scatter_s: float
     """Reduce-scatter of its gradients (seconds)."""
+    backward_allgather_s: float | None = None
+    """Its backward all-gather (seconds); None: the same as ``allgather_s``."""
+    regather: bool = True
+    """Whether backward gathers it again (False: kept from forward, as FSDP2 keeps the root,
+    or ``reshard_after_forward=False``); ``FsdpOptions.reshard_after_forward=False`` drops
+    every unit's."""
 
     def __post_init__(self):
-        if min(self.forward_s, self.backward_s, self.allgather_s, self.reduce_scatter_s) < 0:
+        if min(self.forward_s, self.backward_s, self.allgather_s, self.reduce_scatter_s,
+               self.backward_allgather_s or 0.0) < 0:
             raise ValueError(f"unit times must be >= 0, got {self}")
 
 
@@ -269,8 +279,16 @@ def _pass(lanes: _Lanes, units: Sequence[FsdpUnit], compute: str, gather: str | 
     gathered: dict[int, float] = {}  # unit position -> all-gather end
 
     def gather_unit(i: int, at_s: float) -> None:
-        if gather is not None and i < len(units) and i not in gathered:
-            gathered[i] = lanes.issue(units[i].name, gather, at_s, units[i].allgather_s)
+        if gather is None or i >= len(units) or i in gathered:
+            return
+        unit = units[i]
+        if gather == "backward_allgather":
+            if not unit.regather:
+                return
+            dur = unit.allgather_s if unit.backward_allgather_s is None else unit.backward_allgather_s
+        else:
+            dur = unit.allgather_s
+        gathered[i] = lanes.issue(unit.name, gather, at_s, dur)
 
     for i, unit in enumerate(units):
         gather_unit(i, lanes.compute_free)

@@ -23,7 +23,10 @@
 --   its gradients were ready), compute_before_ns (compute before at_ns, its launch, or
 --   its start without one: on GPUs the kernel time launched before it, on CPU-only
 --   traces the length of the compute union before it; the compute of a window between
---   two collectives is the difference of theirs).
+--   two collectives is the difference of theirs), compute_after_ns (the same measure
+--   from its launch to the end of its step: GPU kernel time launched up to the end of
+--   the ProfilerStep range, CPU compute union up to the window's end; what the
+--   what-if engine reads to tell the optimizer's compute from the passes').
 
 -- _co_transfer: every comm transfer (GPU collective kernel or gloo span).
 CREATE OR REPLACE TEMP TABLE _co_transfer AS
@@ -225,11 +228,16 @@ SELECT a.rank, a.step, a.event_id, a.kind, a.id, a.phase, a.inferred, a.microbat
          - (ga.before + ga.rate * (least(a.ts_ns, ga.end_ns) - ga.ts_ns)) AS exposed_ns,
        CASE WHEN a.device_kind = 'gpu' THEN rd.done_ns END::BIGINT AS ready_ns,
        CASE WHEN a.device_kind = 'gpu' THEN coalesce(lb.launched_ns, 0)
-            ELSE covered_ns(a.at_ns, cc.ts_ns, cc.end_ns, cc.before_ns) END::BIGINT AS compute_before_ns
+            ELSE covered_ns(a.at_ns, cc.ts_ns, cc.end_ns, cc.before_ns) END::BIGINT AS compute_before_ns,
+       greatest(0, CASE WHEN a.device_kind = 'gpu' THEN coalesce(le.launched_ns, 0) - coalesce(lb.launched_ns, 0)
+            ELSE covered_ns(st.window_end_ns, ce.ts_ns, ce.end_ns, ce.before_ns)
+                 - covered_ns(a.at_ns, cc.ts_ns, cc.end_ns, cc.before_ns) END)::BIGINT AS compute_after_ns
 FROM a
 LEFT JOIN steps st ON st.run_id = getvariable('run_id') AND st.rank = a.rank AND st.step = a.step
 ASOF LEFT JOIN _co_g ga ON ga.rank = a.rank AND a.ts_ns >= ga.ts_ns
 ASOF LEFT JOIN _co_g gb ON gb.rank = a.rank AND a.end_ns >= gb.ts_ns
 ASOF LEFT JOIN _co_launched rd ON rd.rank = a.rank AND a.cpu_launch_ts_ns >= rd.launch_ts_ns
 ASOF LEFT JOIN _co_launched lb ON lb.rank = a.rank AND a.at_ns > lb.launch_ts_ns
-ASOF LEFT JOIN _co_compute_cover cc ON cc.grp = a.rank AND a.at_ns >= cc.ts_ns;
+ASOF LEFT JOIN _co_compute_cover cc ON cc.grp = a.rank AND a.at_ns >= cc.ts_ns
+ASOF LEFT JOIN _co_launched le ON le.rank = a.rank AND st.cpu_ts_ns + st.cpu_dur_ns > le.launch_ts_ns
+ASOF LEFT JOIN _co_compute_cover ce ON ce.grp = a.rank AND st.window_end_ns >= ce.ts_ns;

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapscope.analyzer import sql
-from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.errors import RunNotFound, UsageError
 from overlapscope.contract import manifest as contract
 from overlapscope.contract.manifest import Manifest
 
@@ -131,10 +131,10 @@ class RunInfo:
 
 
 def run_info(con, run_id: int) -> RunInfo:
-    """The stored run ``run_id`` (a UsageError when there is none)."""
+    """The stored run ``run_id`` (RunNotFound, a UsageError, when there is none)."""
     found = sql.one(con, "run.run", run_id=run_id)
     if found is None:
-        raise UsageError(f"no run {run_id} in the store")
+        raise RunNotFound(f"no run {run_id} in the store")
     run_id, name, source, world, backend, device_kind, manifest_text, _parallelism, tags, created, pruned, data_dir = found
     try:
         manifest = contract.decode(manifest_text.encode()) if manifest_text else contract.EMPTY

@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -173,9 +174,13 @@ class Staging:
         self.store = store
         self.token = uuid.uuid4().hex[:16]
         self.path = store / f"{STAGING_PREFIX}{self.token}"
-        self.path.mkdir(parents=True)
-        self._lock = open(self.path / _LOCK, "w")
+        # made and locked under a name sweep does not take, then renamed: a sweep between
+        # the mkdir and the flock would see an unlocked staging folder and remove it
+        creating = store / f".{STAGING_PREFIX}{self.token}"
+        creating.mkdir(parents=True)
+        self._lock = open(creating / _LOCK, "w")
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.replace(creating, self.path)
 
     @property
     def name(self) -> str:
@@ -228,6 +233,9 @@ def _locked(folder: Path) -> bool:
         return False
 
 
+CREATING_GRACE_S = 60.0  # a folder still being made and locked is this young at most
+
+
 def sweep(catalog_path: str | os.PathLike, referenced: set[str], pruned: set[str] = frozenset()) -> list[str]:
     """Remove the store's folders that no committed run names (a crash between the rename
     and the commit), staging folders whose writer is gone, and the raw files of pruned
@@ -246,7 +254,9 @@ def sweep(catalog_path: str | os.PathLike, referenced: set[str], pruned: set[str
             continue
         orphan = folder.name.startswith(RUN_PREFIX) and folder.name not in referenced
         dead_staging = folder.name.startswith(STAGING_PREFIX) and not _locked(folder)
-        if orphan or dead_staging:
+        dead_creating = (folder.name.startswith("." + STAGING_PREFIX) and not _locked(folder)
+                         and time.time() - folder.stat().st_mtime > CREATING_GRACE_S)
+        if orphan or dead_staging or dead_creating:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
     return removed

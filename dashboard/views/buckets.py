@@ -43,7 +43,7 @@ def render() -> None:
 
     st.subheader("Exposed and hidden comm per collective")
     st.altair_chart(charts.exposed_hidden(groups), width="stretch")
-    st.caption("Mean per collective over ranks and steps. Violet: no compute of the rank runs; aqua: hidden.")
+    st.caption("Mean per collective over ranks and steps. Orange-red: exposed (no compute of the rank runs); sky blue: hidden.")
 
     left, right = st.columns(2)
     with left:

@@ -16,6 +16,11 @@ def _finding(f: dict) -> None:
             st.markdown(f"**Evidence.** {md(f['evidence'])}")
         if f.get("fix") and f.get("status") in ("fail", "warn"):
             st.markdown(f"**Fix.** {md(f['fix'])}")
+        gain = f.get("predicted_gain_ms")
+        if f.get("whatif") and gain is not None and f.get("status") in ("fail", "warn"):
+            verb = f"saves **{gain:.2f} ms**" if gain >= 0 else f"costs **{-gain:.2f} ms**"
+            st.markdown(f"**What if.** `{md(f['whatif'])}` {verb} per step (the slowest rank's median step), "
+                        "predicted from this trace; the Model page's What if panel shows its terms.")
 
 
 def render() -> None:

@@ -1,11 +1,13 @@
 """Model: comm time over backward time against tokens per GPU (the data-parallel model's F/W
-threshold, with this run's point), and model-state memory per ZeRO stage
-against the device memory and the measured peak."""
+threshold, with this run's point), model-state memory per ZeRO stage against the
+device memory and the measured peak, and What if: the run replayed under other
+settings (``overlapscope whatif``), with a sweep drawn."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from overlapscope.analyzer.errors import UsageError
 from overlapscope.dashboard import charts, context, data, shape
 from overlapscope.dashboard.text import md
 
@@ -85,6 +87,110 @@ def _memory_section(result: dict, facts: dict, run_id: int) -> None:
     st.caption(" ".join(notes))
 
 
+SWEEPS = {  # what the panel can sweep, per parallelism, with default values
+    "ddp": {"bucket-mb": "1,5,25,100", "tokens": "0.5x,1x,2x,4x", "bandwidth": "0.5x,1x,2x,4x", "gpus": "2,4,8,16"},
+    "fsdp": {"tokens": "0.5x,1x,2x,4x", "bandwidth": "0.5x,1x,2x,4x", "gpus": "2,4,8,16"},
+}
+SWITCH = {"as measured": None, "on": "on", "off": "off"}
+
+
+def _whatif_controls(parallelism: str, run_id: int) -> tuple[tuple, str | None]:
+    """The panel's changes as (flag, value) pairs, and the sweep spec."""
+    flags: list[tuple[str, object]] = []
+    key = f"wi_{run_id}_"
+    cols = st.columns(4)
+    if parallelism == "ddp":
+        mb = cols[0].number_input("Bucket cap (MiB)", min_value=0.0, value=0.0, step=5.0, key=key + "mb",
+                                  help="DDP's bucket_cap_mb; 0 keeps the measured buckets.")
+        if mb:
+            flags.append(("bucket-mb", f"{mb:g}"))
+        sync = cols[1].selectbox("Accumulation", ["as measured", "sync every micro-batch", "no_sync"],
+                                 key=key + "sync")
+        if sync != "as measured":
+            flags.append(("sync", sync == "sync every micro-batch"))
+        accum = cols[2].number_input("Micro-batches", min_value=0, value=0, step=1, key=key + "accum",
+                                     help="0 keeps the measured count.")
+        if accum:
+            flags.append(("accum", str(accum)))
+    else:
+        for col, (flag, label) in zip(cols, (("reshard-after-forward", "Reshard after forward"),
+                                             ("forward-prefetch", "Forward prefetch"),
+                                             ("backward-prefetch", "Backward prefetch"))):
+            choice = col.selectbox(label, list(SWITCH), key=key + flag)
+            if SWITCH[choice]:
+                flags.append((flag, SWITCH[choice]))
+        wrap = cols[3].selectbox("Wrapping", ["as measured", "per-block", "root-only"], key=key + "wrap")
+        if wrap != "as measured":
+            flags.append(("wrap", wrap))
+    cols = st.columns(4)
+    tokens = cols[0].number_input("Tokens (x measured)", min_value=0.0, value=1.0, step=0.5, key=key + "tokens")
+    if tokens != 1.0 and tokens > 0:
+        flags.append(("tokens", f"{tokens:g}x"))
+    bandwidth = cols[1].number_input("Bandwidth (x measured)", min_value=0.0, value=1.0, step=0.5,
+                                     key=key + "bw")
+    if bandwidth != 1.0 and bandwidth > 0:
+        flags.append(("bandwidth", f"{bandwidth:g}x"))
+    dtype = cols[2].selectbox("Reduce dtype", ["as measured", "bf16", "fp32"], key=key + "dtype")
+    if dtype != "as measured":
+        flags.append(("reduce-dtype", dtype))
+    options = SWEEPS["ddp" if parallelism == "ddp" else "fsdp"]
+    name = cols[3].selectbox("Sweep", list(options), key=key + "sweep")
+    values = st.text_input(f"Values of --{name}", value=options[name], key=key + f"sweep_{name}",
+                           help="Comma-separated, as the command line takes them (e.g. 1,5,25 or 0.5x,2x).")
+    return tuple(flags), (f"{name}={values}" if values.strip() else None)
+
+
+def _figure_row(p: dict) -> None:
+    m, pred = p["measured"], p["predicted"]
+    cols = st.columns(4)
+    cols[0].metric("Step (predicted)", f"{pred['step_ms']:,.2f} ms", f"{-pred['gain_ms']:+,.2f} ms",
+                   delta_color="inverse", help=f"measured {m['step_ms']:,.2f} ms; the slowest rank's median step")
+    cols[1].metric("Exposed comm (predicted)", f"{pred['exposed_comm_ms']:,.2f} ms",
+                   f"{pred['exposed_comm_ms'] - m['exposed_comm_ms']:+,.2f} ms", delta_color="inverse",
+                   help=f"measured {m['exposed_comm_ms']:,.2f} ms")
+    overlap = pred["overlap_pct"]
+    cols[2].metric("Overlap (predicted)", "–" if overlap is None else f"{overlap:.1f} %",
+                   help=f"measured {m['overlap_pct']} %")
+    cols[3].metric("Replay error (no change)", f"{p['replayed']['error_pct_of_step']:+.2f} %",
+                   help="The replay of the run as measured against its measurement, % of the step.")
+
+
+def _whatif_section(ctx, run: dict) -> None:
+    st.subheader("What if: this run replayed under other settings")
+    base = data.whatif(*ctx.key(), ())
+    if base["predicted"] is None:
+        st.info("; ".join(base["warnings"]) or "Nothing to replay in this run.")
+        return
+    parallelism = "ddp" if (base["run"].get("parallelism") or "ddp") == "ddp" else "fsdp"
+    flags, sweep = _whatif_controls(parallelism, run["run_id"])
+    try:
+        p = data.whatif(*ctx.key(), flags, sweep)
+    except UsageError as e:
+        st.error(md(str(e)))
+        return
+    st.caption(f"**{md(p['label'])}** · command line: `overlapscope whatif --run {md(run['name'])} "
+               f"{md(p['label']) if p['label'] != 'no change' else ''}`")
+    _figure_row(p)
+    memory = p.get("memory") or {}
+    if memory.get("predicted_peak_bytes"):
+        fits = {True: "fits", False: ":red[does not fit]", None: "fit unknown"}[memory.get("fits")]
+        states = memory.get("predicted_model_state_bytes")
+        st.caption(f"Memory per GPU: {memory['predicted_peak_bytes'] / 1e9:.3g} GB predicted peak "
+                   + (f"(model states {states / 1e9:.3g} GB, {memory['predicted_stage']})" if states is not None
+                      else "(model states unknown: no parameter count in the manifest)")
+                   + f", {fits}.")
+    for w in p["warnings"]:
+        st.warning(md(w))
+    if sweep and p.get("sweep"):
+        sw = p["sweep"]
+        st.altair_chart(charts.whatif_sweep(shape.whatif_points(sw), sw["measured"], sw["name"]), width="stretch")
+        st.caption("Each point is the run replayed at that value, on top of the settings above; dashed: as "
+                   "measured. Points whose memory does not fit are marked in the tooltip.")
+    with st.expander("Terms of each predicted collective"):
+        st.dataframe(p["collectives"], hide_index=True)
+        st.caption("Assumes: " + md("; ".join(p["assumptions"])))
+
+
 def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
@@ -94,6 +200,7 @@ def render() -> None:
     _ratio_section(result, data.analysis(*ctx.key()), run["run_id"])
     _reconciled(result)
     _memory_section(result, data.facts(*ctx.key()), run["run_id"])
+    _whatif_section(ctx, run)
 
 
 render()

@@ -3,7 +3,6 @@ the slowest rank and step stand out."""
 
 from __future__ import annotations
 
-import polars as pl
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
@@ -15,24 +14,38 @@ def _fmt(value, unit: str = "ms", digits: int = 2) -> str:
 
 
 def _figures(head: dict) -> None:
-    """The headline (analyzer/headline.py: one aggregation for every figure)."""
-    cols = st.columns(5)
+    """The headline (analyzer/headline.py: one aggregation for every figure), exposed comm first;
+    then where it is worst."""
     how = f"The {head['aggregation']} (rank {head['slowest_rank']})."
-    cols[0].metric("Step time", _fmt(head["step_ms"]), help=how)
-    cols[1].metric("Exposed comm / step", _fmt(head["exposed_comm_ms"]),
-                   help=f"Comm time not covered by compute, {_fmt(head['exposed_pct'], '%', 1)} of the step. {how}")
+    cols = st.columns(4)
+    cols[0].metric("Exposed comm / step", _fmt(head["exposed_comm_ms"]), help=f"Comm time not covered by compute. {how}")
+    cols[1].metric("Exposed share of the step", _fmt(head.get("exposed_pct"), "%", 1),
+                   help=f"Exposed comm over the step time. {how}")
     cols[2].metric("Overlap", _fmt(head["overlap_pct"], "%", 1),
-                   help=f"100 x (comm - exposed comm) / comm. {how}")
-    cols[3].metric("Slowest rank", "–" if head["slowest_rank"] is None else f"rank {head['slowest_rank']}")
+                   help=f"100 x (comm - exposed comm) / comm of that step. {how}")
+    cols[3].metric("Step time", _fmt(head["step_ms"]), help=how)
+    cols = st.columns(4)
+    cols[0].metric("Slowest rank", "–" if head["slowest_rank"] is None else f"rank {head['slowest_rank']}",
+                   help="The rank whose median step is longest: the one every figure above is taken from.")
     worst = head["slowest_step"]
-    cols[4].metric("Slowest step", "–" if worst is None else f"step {worst['step']}, rank {worst['rank']}",
+    cols[1].metric("Slowest step" + ("" if worst is None else f" (rank {worst['rank']})"),
+                   "–" if worst is None else f"step {worst['step']}",
                    help=None if worst is None else
-                   f"Step {worst['step']} on rank {worst['rank']}: {_fmt(worst['step_ms'])}")
+                   f"The longest single step of any rank: {_fmt(worst['step_ms'])}, "
+                   f"{_fmt(worst['exposed_comm_ms'])} exposed comm.")
+    st.caption(f"Every figure above: the {head['aggregation']}"
+               + (f" (rank {head['slowest_rank']})." if head["slowest_rank"] is not None else ".")
+               + " The same headline as `overlapscope analyze`, History and the API.")
 
 
-def _table(rows: list[dict], marker) -> pl.DataFrame:
-    marked = [{"slowest": "◀" if marker(r) else "", **r} for r in rows]
-    return pl.DataFrame(marked, infer_schema_length=None)
+def _table(rows: list[dict], marker, spec: dict) -> None:
+    """A table with readable headers and units (``shape.TABLES``), the slowest row marked,
+    columns with no value anywhere left out and named, a dash where one row has none."""
+    marked = [{"slowest": "◀" if marker(r) else "", **{k: r.get(k) for k in spec}} for r in rows]
+    frame, config, empty = shape.readable_table(marked, spec)
+    st.dataframe(frame, hide_index=True, column_config=config, width="stretch")
+    if empty:
+        st.caption("Not shown (no value on any row): " + "; ".join(empty) + ".")
 
 
 def render() -> None:
@@ -60,7 +73,7 @@ def render() -> None:
     with left:
         st.subheader("Mean step per rank")
         st.altair_chart(charts.step_breakdown(means, worst_rank["rank"] if worst_rank else None), width="stretch")
-        st.caption("Compute + exposed comm + idle make up the step; the slowest rank is outlined in red. "
+        st.caption("Compute + exposed comm + idle make up the step; the slowest rank is outlined in black. "
                    "Hover for comm, hidden comm and overlap %.")
     with right:
         st.subheader("Per rank and step")
@@ -68,14 +81,16 @@ def render() -> None:
                                       default="step_ms", key="overview_metric") or "step_ms"
         highlight = (worst_step["rank"], worst_step["step"]) if worst_step else None
         st.altair_chart(charts.step_heatmap(result["steps"], metric, highlight), width="stretch")
-        st.caption("The slowest step is outlined in red.")
+        st.caption("The slowest step is outlined in black.")
 
-    st.subheader("Per rank (all profiled events; step_ms is the median step)")
+    st.subheader("Per rank: totals over the profiled steps")
     slow = worst_rank["rank"] if worst_rank else None
-    st.dataframe(_table(result["ranks"], lambda r: r["rank"] == slow), hide_index=True)
+    _table(result["ranks"], lambda r: r["rank"] == slow, shape.RANK_TABLE)
+    if any(r.get("clock_offset_ms") is not None for r in result["ranks"]):
+        with st.expander("Between ranks: clock offsets and waiting for peers"):
+            _table(result["ranks"], lambda r: r["rank"] == slow, shape.RANK_CLOCK_TABLE)
     st.subheader("Per step")
-    st.dataframe(_table(result["steps"], lambda r: worst_step is not None and
-                        (r["rank"], r["step"]) == (worst_step["rank"], worst_step["step"])), hide_index=True)
-
+    _table(result["steps"], lambda r: worst_step is not None and
+           (r["rank"], r["step"]) == (worst_step["rank"], worst_step["step"]), shape.STEP_TABLE)
 
 render()

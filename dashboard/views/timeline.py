@@ -1,5 +1,5 @@
 """Timeline: one step on a set of ranks, lane per GPU stream (or CPU thread), with the
-exposed parts of comm in violet. Large traces are merged into busy blocks."""
+exposed parts of comm in orange-red. Large traces are merged into busy blocks."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ def render() -> None:
     run = context.require_run(ctx)
     st.title(f"Timeline · {md(run['name'])}")
     context.require_events(run, "its timeline")
+    st.link_button("Download for Perfetto", f"/api/v1/runs/{run['run_id']}/perfetto", icon=":material/download:",
+                   help="Every rank on one clock in one Chrome-trace JSON (gzip), with exposed comm, collectives, "
+                        "steps and findings as extra tracks: open it at ui.perfetto.dev. The same file as "
+                        f"`overlapscope export --run #{run['run_id']} --perfetto OUT.json.gz`.")
     result = data.analysis(*ctx.key())
     steps = data.steps(*ctx.key())
     if not steps:
@@ -47,8 +51,8 @@ def render() -> None:
         st.info(f"No device work in step {step} on the chosen ranks.")
         return
     st.altair_chart(charts.timeline(tl), width="stretch")
-    st.caption("Blue compute, aqua comm hidden behind compute, **violet comm exposed** (no compute of the rank "
-               "runs), orange memcpy/memset; grey is the step's window. "
+    st.caption("Blue compute, sky-blue comm hidden behind compute, **orange-red comm exposed** (no compute of the "
+               "rank runs), orange memcpy, yellow memset; grey is the step's window. "
                + ("Ranks are on one clock (offsets in the table below): a rank that starts late or arrives late "
                   "at a collective shows late, and the others' comm waits for it. " if tl["aligned"] else
                   "Times are from each rank's own step start. ")

@@ -1,0 +1,78 @@
+"""What a failed or warned finding would buy: the what-if of the change its fix names.
+
+A rule whose fix a what-if change can express (``CANDIDATES``) names one or more
+candidate changes; each is predicted on the run (analyzer/whatif) and the best one
+that fits in memory gives the finding its ``predicted_gain_ms`` (step time saved per
+step, the slowest rank's median: the headline's definition) and ``whatif`` (its flags,
+to run ``overlapscope whatif`` with); for more tokens per micro-batch, the time the
+measured step's tokens would take (predicted step / the token ratio). Rules whose fix no change expresses (a straggler,
+host-bound steps, clipping) keep None: their ``impact_ms`` says what they cost.
+"""
+
+from __future__ import annotations
+
+from overlapscope.analyzer.whatif.changes import Changes, Scale
+
+BUCKET_CAPS_MB = (1.0, 5.0, 25.0, 100.0)  # the sweep a DDP bucket finding tries
+
+
+def _buckets(f, a) -> list[Changes]:
+    return [Changes(bucket_mb=mb) for mb in BUCKET_CAPS_MB]
+
+
+def _backward(f, a) -> list[Changes]:
+    if a.info.parallelism in ("fsdp", "hsdp"):
+        return [Changes(backward_prefetch=True)]
+    return _buckets(f, a)
+
+
+def _bandwidth(f, a) -> list[Changes]:
+    ratio = f.details.get("ratio")
+    return [Changes(bandwidth=Scale(1.0 / ratio, True))] if ratio and 0 < ratio < 1 else []
+
+
+def _tokens(f, a) -> list[Changes]:
+    have, need = f.details.get("tokens"), f.details.get("tokens_to_hide")
+    return [Changes(tokens=Scale(need / have, True))] if have and need and need > have else []
+
+
+def _hsdp(f, a) -> list[Changes]:
+    world = a.info.world_size or 0
+    return [Changes(hsdp=g) for g in range(2, world // 2 + 1) if world % g == 0]
+
+
+CANDIDATES = {
+    "accumulation_comm": lambda f, a: [Changes(sync=False)],
+    "ddp_bucket_size": _buckets,
+    "last_bucket_exposed": _buckets,
+    "exposed_backward_comm": _backward,
+    "exposed_forward_allgather": lambda f, a: [Changes(forward_prefetch=True)],
+    "root_only_wrap": lambda f, a: [Changes(wrap="per-block")],
+    "unit_size": lambda f, a: [Changes(wrap="per-block"), Changes(wrap="root-only")],
+    "reshard_after_forward": lambda f, a: [Changes(reshard_after_forward=False)],
+    "fp32_reduction": lambda f, a: [Changes(reduce_dtype="bf16")],
+    "low_bus_bandwidth": _bandwidth,
+    "tokens_below_fw": _tokens,
+    "hsdp_candidate": _hsdp,
+}
+
+
+def link(findings: list, a) -> None:
+    """Set ``predicted_gain_ms`` and ``whatif`` on the failed and warned findings in place."""
+    from overlapscope.analyzer import whatif
+
+    for f in findings:
+        if f.status not in ("fail", "warn") or f.id not in CANDIDATES:
+            continue
+        best = None
+        for changes in CANDIDATES[f.id](f, a):
+            p = whatif.predict(a, changes)
+            if not p["predicted"] or (p["memory"] and p["memory"].get("fits") is False):
+                continue
+            gain = p["predicted"]["gain_ms"]
+            if changes.tokens is not None:  # more tokens per step: compare the time of the measured step's tokens
+                gain = p["measured"]["step_ms"] - p["predicted"]["step_ms"] / changes.tokens.value
+            if best is None or gain > best[0]:
+                best = (gain, p["label"])
+        if best is not None:
+            f.predicted_gain_ms, f.whatif = round(best[0], 4), best[1]

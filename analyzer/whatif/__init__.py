@@ -1,0 +1,137 @@
+"""The what-if engine: a measured run replayed under another configuration.
+
+``predict(a, changes)`` takes the buckets report's ``RunAnalysis`` of a run and a
+``Changes`` and answers, per rank and step and for the run, with four figures of
+step, compute, comm, exposed comm and overlap %:
+
+- ``measured``: what the trace says;
+- ``replayed``: the plan of the measured step (whatif.plan) replayed as it is
+  (whatif.replay): how well the replay reproduces the run (``error_pct_of_step``);
+- ``predicted``: the measurement plus what the change moves in the replay:
+  ``step' = step + (compute' - compute) + (exposed'_replay - exposed_replay)``, so the
+  part of the step the replay does not model (host gaps, waits on peers outside the
+  modelled collectives) is carried over as measured;
+- ``model``: the model's pure prediction: the same replay with every collective
+  at the fitted ring model's time (no level taken from the run).
+
+Run figures are the slowest rank's medians over steps (the headline's definition).
+The changes are applied by whatif.apply; memory per GPU by whatif.memory.
+"""
+
+from __future__ import annotations
+
+from overlapscope.analyzer.whatif import apply, memory
+from overlapscope.analyzer.whatif.changes import Changes
+from overlapscope.analyzer.whatif.comm import CommModel
+from overlapscope.analyzer.whatif.plan import StepPlan, median, plans
+from overlapscope.analyzer.whatif.replay import replay_plan
+
+KEYS = ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct")
+
+
+def _figures(step_ms: float, compute_ms: float, comm_ms: float, exposed_ms: float) -> dict:
+    comm_ms = max(0.0, comm_ms)
+    exposed_ms = min(max(0.0, exposed_ms), comm_ms)
+    return {"step_ms": round(step_ms, 4), "compute_ms": round(compute_ms, 4), "comm_ms": round(comm_ms, 4),
+            "exposed_comm_ms": round(exposed_ms, 4),
+            "overlap_pct": round(100.0 * (comm_ms - exposed_ms) / comm_ms, 2) if comm_ms > 0 else None}
+
+
+def _step(plan: StepPlan, changed: StepPlan) -> dict:
+    """The four figures of one rank's step."""
+    base, new, pure = replay_plan(plan), replay_plan(changed), replay_plan(changed, "model")
+    measured_modeled_ms = sum(x.measured_exposed_ms or 0.0 for x in plan.xfers)
+    measured_comm_ms = sum(x.dur_ms for x in plan.xfers)  # lane times: their union
+    d_compute = changed.compute_ms - plan.compute_ms
+    other_comm = plan.comm_ms - measured_comm_ms  # collectives the replay does not model
+    return {
+        "rank": plan.rank, "step": plan.step,
+        "measured": _figures(plan.step_ms, plan.compute_ms, plan.comm_ms, plan.exposed_ms),
+        "replayed": _figures(plan.step_ms - measured_modeled_ms + base.exposed_ms, plan.compute_ms,
+                             other_comm + base.comm_ms, plan.exposed_ms - measured_modeled_ms + base.exposed_ms),
+        "predicted": _figures(plan.step_ms + d_compute + new.exposed_ms - base.exposed_ms, changed.compute_ms,
+                              other_comm + new.comm_ms, plan.exposed_ms + new.exposed_ms - base.exposed_ms),
+        "model": _figures(plan.step_ms + d_compute - measured_modeled_ms + pure.exposed_ms, changed.compute_ms,
+                          other_comm + pure.comm_ms, plan.exposed_ms - measured_modeled_ms + pure.exposed_ms),
+        "_replay": new,
+    }
+
+
+def _run_figures(steps: list[dict], key: str) -> dict:
+    """The slowest rank's medians over its steps (per figure)."""
+    by_rank: dict = {}
+    for s in steps:
+        by_rank.setdefault(s["rank"], []).append(s[key])
+    out = {}
+    for k in KEYS[:-1]:
+        per_rank = [v for v in (median(f[k] for f in figs) for figs in by_rank.values()) if v is not None]
+        out[k] = round(max(per_rank), 4) if per_rank else None
+    comm, exposed = out["comm_ms"], out["exposed_comm_ms"]
+    out["overlap_pct"] = round(100.0 * (comm - min(exposed, comm)) / comm, 2) if comm else None
+    return out
+
+
+def _collectives(plan: StepPlan, changed: StepPlan, new) -> list[dict]:
+    """The terms of each predicted collective of one step (the slowest rank's median step)."""
+    rows = []
+    for x in changed.xfers:
+        span = new.spans.get(id(x))
+        rows.append({
+            "phase": x.phase, "id": x.id, "collective": x.collective, "bytes": round(x.bytes),
+            "group_size": x.group_size, "link": x.link,
+            "measured_ms": round(x.measured_ms, 4) if x.measured_ms is not None else None,
+            "predicted_ms": round(x.dur_ms, 4),
+            "model_ms": round(x.model_ms, 4) if x.model_ms is not None else None,
+            "exposed_ms": round(span.exposed_ms, 4) if span else None,
+            "hidden_by": span.hidden_by if span else None,
+            **({"ready_ms": round(x.ready_ms, 4)} if x.phase == "allreduce" and x.id.isdigit() else {}),
+            **(x.terms.as_json() if x.terms else {}),
+        })
+    return rows
+
+
+def predict(a, changes: Changes = Changes()) -> dict:
+    """The what-if of one run (the JSON of ``whatif --json``, without ``run``)."""
+    model = CommModel(a.info.manifest.calibration, a.collectives,
+                      {k: v["bytes_per_s"] for k, v in a.sources["bus_bandwidth_by_kind"].items() if v["bytes_per_s"]})
+    measured_plans = plans(a, model)
+    notes: list[str] = []
+    steps = []
+    for plan in measured_plans:
+        changed = apply.apply(plan, changes, a, model, notes)
+        steps.append(_step(plan, changed) | {"_plan": plan, "_changed": changed})
+    if not steps:
+        return {"changes": changes.as_json(), "label": changes.label(), "measured": None, "replayed": None,
+                "predicted": None, "model": None, "memory": None, "collectives": [], "steps": [],
+                "assumptions": [], "warnings": ["no DDP buckets or FSDP units in this trace: nothing to replay"]}
+    result = {k: _run_figures(steps, k) for k in ("measured", "replayed", "predicted", "model")}
+    m, r, p = result["measured"], result["replayed"], result["predicted"]
+    result["replayed"]["error_pct_of_step"] = round(100.0 * (r["step_ms"] - m["step_ms"]) / m["step_ms"], 2) \
+        if m["step_ms"] else None
+    result["predicted"]["gain_ms"] = round(m["step_ms"] - p["step_ms"], 4)
+    slowest = max({s["rank"] for s in steps}, key=lambda rk: median(s["measured"]["step_ms"] for s in steps
+                                                                    if s["rank"] == rk))
+    mine = sorted((s for s in steps if s["rank"] == slowest), key=lambda s: s["measured"]["step_ms"])
+    typical = mine[len(mine) // 2]
+    return {
+        "changes": changes.as_json(),
+        "label": changes.label(),
+        **result,
+        "memory": memory.predict(a, measured_plans, [s["_changed"] for s in steps], changes),
+        "collectives": _collectives(typical["_plan"], typical["_changed"], typical["_replay"]),
+        "collectives_of": {"rank": typical["rank"], "step": typical["step"]},
+        "steps": [{k: v for k, v in s.items() if not k.startswith("_")} for s in steps],
+        "assumptions": apply.assumptions(measured_plans, changes),
+        "warnings": list(dict.fromkeys(notes)),
+    }
+
+
+def sweep(a, name: str, points: list[tuple[str, Changes]]) -> dict:
+    """One prediction per point of a sweep (``whatif --sweep``): the JSON's ``sweep``."""
+    rows = []
+    for value, changes in points:
+        p = predict(a, changes)
+        rows.append({"value": value, "label": p["label"], "predicted": p["predicted"], "model": p["model"],
+                     "memory": p["memory"], "warnings": p["warnings"]})
+    base = predict(a, Changes())
+    return {"name": name, "measured": base["measured"], "replayed": base["replayed"], "points": rows}

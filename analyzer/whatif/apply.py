@@ -1,0 +1,417 @@
+"""The changes of a what-if, applied to a measured StepPlan (a new plan; the input is kept).
+
+In the order they compose: the structure first (micro-batches and sync, DDP buckets,
+FSDP wrapping, resharding, prefetch), then the compute (tokens), then the collectives'
+times (HSDP groups, world size, bandwidth, reduce dtype). A collective that a change
+keeps takes its measured time x model(changed) / model(measured); one that a change
+creates takes the model's time x the level of the collectives it replaces (whatif.comm).
+``notes`` collects one line per change that does not apply to the run, and why.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from dataclasses import replace
+
+from overlapscope.analyzer.whatif.changes import REDUCE_DTYPES, Changes
+from overlapscope.analyzer.whatif.plan import REDUCE_PHASES, DdpPass, FsdpPass, StepPlan, Unit, Xfer
+
+MIB = 1024 * 1024
+DDP_DEFAULT_BUCKET_MB = 25  # DDP's bucket_cap_mb when none is given; its first bucket is then 1 MiB
+DDP_FIRST_BUCKET_BYTES = 1 * MIB
+_BLOCK = re.compile(r"^(.*?\.\d+)\.")  # the first repeated-module prefix of a parameter: blocks.3.
+
+
+def _level(xfers: list[Xfer]) -> float:
+    """Measured / model time of the collectives a change replaces (1 when unknown): their
+    lane times, not their spans, which overlap where gloo runs several at once and would
+    count the shared time twice."""
+    measured = sum(x.dur_ms for x in xfers if x.model_ms and x.measured_ms is not None)
+    modelled = sum(x.model_ms for x in xfers if x.model_ms and x.measured_ms is not None)
+    return measured / modelled if measured > 0 and modelled > 0 else 1.0
+
+
+def _new(model, phase: str, id_: str, collective: str, nbytes: float, group: int, level: float,
+         link: str = "intra", **kw) -> Xfer:
+    terms = model.terms(collective, nbytes, group)
+    t = terms.model_ms if terms else 0.0
+    return Xfer(phase=phase, id=id_, collective=collective, bytes=nbytes, group_size=group, dur_ms=t * level,
+                model_ms=t, link=link, terms=terms, **kw)
+
+
+# --- micro-batches and sync ---------------------------------------------------------
+
+
+def _clone(p):
+    """A copy of a pass with its own collectives (a pass may be repeated)."""
+    return StepPlan(0, 0, 0, 0, 0, 0, 0, passes=[p]).copy().passes[0]
+
+
+def _without_reduce(p):
+    """The pass as a micro-batch inside no_sync: no gradient reduction."""
+    if isinstance(p, DdpPass):
+        return replace(p, buckets=[])
+    return replace(p, units=[replace(u, reduce=[]) for u in p.units])
+
+
+def _accumulate(plan: StepPlan, c: Changes, a, notes: list[str]) -> StepPlan:
+    if c.accum is None and c.sync is None:
+        return plan
+    m = plan.microbatches
+    target = c.accum or m
+    if c.sync is not None:
+        sync = c.sync
+    else:  # as measured: no_sync when the run used it or reduced in fewer passes than micro-batches
+        sync = not (a.info.manifest.no_sync or len(plan.passes) < m)
+    template = plan.passes[-1]  # the last micro-batch always reduces
+    reducing = [p for p in plan.passes if p.xfers]
+    passes = []
+    for i in range(target):
+        last = i == target - 1
+        if sync or last:
+            source = reducing[i] if i < len(reducing) - 1 and not last else template
+            passes.append(_clone(source))
+        else:
+            passes.append(_without_reduce(template))
+    # passes without collectives replay to nothing: keep only those with some
+    passes = [p for p in passes if p.xfers]
+    compute = plan.optimizer_ms + plan.pass_compute_ms * target / m
+    if target == 1 and c.sync is not None:
+        notes.append("--sync/--no-sync: one micro-batch per step, nothing to accumulate")
+    return replace(plan, passes=passes, compute_ms=compute, microbatches=target)
+
+
+# --- DDP buckets ----------------------------------------------------------------------
+
+
+def param_sizes(a) -> list[float] | None:
+    """Gradient bytes of each parameter in the order their gradients become ready (the
+    manifest's buckets in index order); a bucket without ``param_bytes`` is split evenly
+    over its parameters. None without a manifest's buckets."""
+    buckets = sorted(a.info.manifest.buckets, key=lambda b: b.index)
+    if not buckets:
+        return None
+    sizes = []
+    for b in buckets:
+        if b.param_bytes:
+            sizes += [float(v) for v in b.param_bytes]
+        else:
+            n = max(1, len(b.param_names))
+            sizes += [float(b.bytes or 0) / n] * n
+    return sizes
+
+
+def bucket_assignment(sizes: list[float], cap_mb: float) -> list[float]:
+    """The bucket sizes DDP's rebuild makes (``compute_bucket_assignment_by_size``): gradients
+    in ready order, a bucket closed at the first one that brings it to its limit; the first
+    bucket's limit 1 MiB at DDP's default cap, else the cap itself."""
+    cap = cap_mb * MIB
+    limits = [DDP_FIRST_BUCKET_BYTES, cap] if cap_mb == DDP_DEFAULT_BUCKET_MB else [cap]
+    out, held = [], 0.0
+    for s in sizes:
+        held += s
+        if held >= limits[min(len(out), len(limits) - 1)]:
+            out.append(held)
+            held = 0.0
+    if held > 0:
+        out.append(held)
+    return out
+
+
+def _ready_at(curve: list[tuple[float, float]], held: float) -> float:
+    """When ``held`` bytes of gradients are ready: the pass's ready curve, linear between points."""
+    xs = [b for b, _ in curve]
+    i = bisect_left(xs, held)
+    if i <= 0:
+        return curve[0][1]
+    if i >= len(curve):
+        return curve[-1][1]
+    (b0, t0), (b1, t1) = curve[i - 1], curve[i]
+    return t0 if b1 == b0 else t0 + (t1 - t0) * (held - b0) / (b1 - b0)
+
+
+def _rebucket(plan: StepPlan, c: Changes, a, model, notes: list[str]) -> StepPlan:
+    if c.bucket_mb is None:
+        return plan
+    if not any(isinstance(p, DdpPass) for p in plan.passes):
+        notes.append("--bucket-mb: not a DDP run (no buckets to rebuild)")
+        return plan
+    sizes = param_sizes(a)
+    if sizes is None:  # no manifest: the measured buckets are the finest grain known
+        sizes = [x.bytes for x in sorted(plan.passes[-1].buckets, key=lambda x: int(x.id) if x.id.isdigit() else 0)]
+        notes.append("--bucket-mb: no manifest with the parameters' sizes: buckets rebuilt from the measured ones")
+    elif not all(b.param_bytes for b in a.info.manifest.buckets):
+        notes.append("--bucket-mb: the manifest has no param_bytes (a tracer before 0.7): each bucket's bytes "
+                     "split evenly over its parameters")
+    new_sizes = bucket_assignment(sizes, c.bucket_mb)
+    passes = []
+    for p in plan.passes:
+        if not isinstance(p, DdpPass) or not p.buckets:
+            passes.append(p)
+            continue
+        level = _level(p.buckets)
+        first = p.buckets[0]
+        scale = (sum(x.bytes for x in p.buckets) / sum(new_sizes)) if sum(new_sizes) else 1.0
+        measured = [x.bytes for x in sorted(p.buckets, key=lambda x: int(x.id) if x.id.isdigit() else 0)]
+        if len(measured) == len(new_sizes) and all(abs(m - n * scale) <= 0.01 * m for m, n in zip(measured, new_sizes)):
+            passes.append(p)  # the cap gives the measured buckets: they stay as measured
+            continue
+        buckets, held = [], 0.0
+        for i, size in enumerate(new_sizes):
+            size *= scale  # the manifest's bytes against the trace's (equal when both are there)
+            held += size
+            buckets.append(_new(model, "allreduce", str(i), first.collective, size, first.group_size, level,
+                                ready_ms=_ready_at(p.ready_curve, held), dtype_bytes=first.dtype_bytes))
+        passes.append(replace(p, buckets=buckets))
+    return replace(plan, passes=passes)
+
+
+# --- FSDP units -------------------------------------------------------------------------
+
+
+def _per_block_groups(a) -> list[tuple[str, float]] | None:
+    """(unit name, unsharded bytes) per block and the root ("") from the manifest's
+    parameters, in forward order (root first, then blocks by index); None without sizes."""
+    groups: dict[str, float] = {}
+    for u in a.info.manifest.units:
+        if not u.param_bytes or len(u.param_bytes) != len(u.param_names):
+            return None
+        for name, size in zip(u.param_names, u.param_bytes):
+            m = _BLOCK.match(name)
+            key = m.group(1) if m else ""
+            groups[key] = groups.get(key, 0.0) + float(size)
+    if not groups:
+        return None
+
+    def order(key: str):
+        if key == "":
+            return (0, "", 0)
+        prefix, _, index = key.rpartition(".")
+        return (1, prefix, int(index))
+    return [(k, groups[k]) for k in sorted(groups, key=order)]
+
+
+def _unit(model, name: str, nbytes: float, fwd: float, bwd: float, like: Unit, levels: dict, regather: bool) -> Unit:
+    g = like.gather
+    gather = _new(model, "forward_allgather", name, g.collective, nbytes, g.group_size, levels["gather"],
+                  dtype_bytes=g.dtype_bytes)
+    back = _new(model, "backward_allgather", name, g.collective, nbytes, g.group_size, levels["gather"],
+                dtype_bytes=g.dtype_bytes) if regather else None
+    ratio = nbytes / like.bytes if like.bytes else 1.0
+    reduce = [_new(model, x.phase, name, x.collective, x.bytes * ratio, x.group_size, levels[x.phase],
+                   link=x.link, dtype_bytes=x.dtype_bytes) for x in like.reduce]
+    return Unit(name, nbytes, fwd, bwd, gather, back, reduce)
+
+
+def _levels(p: FsdpPass) -> dict:
+    gathers = [u.gather for u in p.units] + [u.regather for u in p.units if u.regather]
+    out = {"gather": _level(gathers)}
+    for phase in REDUCE_PHASES:
+        out[phase] = _level([x for u in p.units for x in u.reduce if x.phase == phase])
+    return out
+
+
+def _rewrap(plan: StepPlan, c: Changes, a, model, notes: list[str]) -> StepPlan:
+    if c.wrap is None:
+        return plan
+    passes = []
+    for p in plan.passes:
+        if not isinstance(p, FsdpPass):
+            notes.append("--wrap: not an FSDP run")
+            return plan
+        levels = _levels(p)
+        template = max(p.units, key=lambda u: u.bytes)
+        fwd, bwd = sum(u.forward_ms for u in p.units), sum(u.backward_ms for u in p.units)
+        total = sum(u.bytes for u in p.units) or 1.0
+        if c.wrap == "root-only":
+            if len(p.units) == 1:
+                passes.append(p)
+                continue
+            # FSDP2 keeps the root's weights from forward to backward: one gather, one reduce
+            passes.append(replace(p, units=[_unit(model, "", total, fwd, bwd, template, levels, regather=False)]))
+        else:
+            groups = _per_block_groups(a)
+            if groups is None:
+                notes.append("--wrap per-block: the manifest has no param_bytes per unit (a tracer before 0.7): "
+                             "cannot tell the blocks apart")
+                return plan
+            if len(groups) == len(p.units):
+                passes.append(p)
+                continue
+            scale = total / (sum(b for _, b in groups) or 1.0)
+            reshard = c.reshard_after_forward if c.reshard_after_forward is not None else True
+            units = [_unit(model, name, b * scale, fwd * b / sum(x for _, x in groups),
+                           bwd * b / sum(x for _, x in groups), template, levels, regather=bool(name) and reshard)
+                     for name, b in groups]
+            passes.append(replace(p, units=units))
+    return replace(plan, passes=passes)
+
+
+def _reshard(plan: StepPlan, c: Changes, model, notes: list[str]) -> StepPlan:
+    if c.reshard_after_forward is None and c.forward_prefetch is None and c.backward_prefetch is None:
+        return plan
+    if not any(isinstance(p, FsdpPass) for p in plan.passes):
+        notes.append("--reshard-after-forward/--forward-prefetch/--backward-prefetch: not an FSDP run")
+        return plan
+    passes = []
+    for p in plan.passes:
+        units = p.units
+        if c.reshard_after_forward is False:
+            units = [replace(u, regather=None) for u in units]
+        elif c.reshard_after_forward is True:
+            level = _levels(p)["gather"]
+            units = [u if u.regather or not u.name else
+                     replace(u, regather=_new(model, "backward_allgather", u.name, u.gather.collective, u.bytes,
+                                              u.gather.group_size, level, dtype_bytes=u.gather.dtype_bytes))
+                     for u in units]
+        passes.append(replace(p, units=units,
+                              forward_prefetch=p.forward_prefetch if c.forward_prefetch is None else c.forward_prefetch,
+                              backward_prefetch=p.backward_prefetch if c.backward_prefetch is None
+                              else c.backward_prefetch))
+    if plan.blocking and (c.forward_prefetch is not None or c.backward_prefetch is not None):
+        notes.append("prefetch: this run's FSDP collectives block compute (measured fully exposed): prefetch "
+                     "cannot hide them here")
+    return replace(plan, passes=passes)
+
+
+# --- compute ----------------------------------------------------------------------------
+
+
+def _tokens(plan: StepPlan, c: Changes, a, notes: list[str]) -> StepPlan:
+    if c.tokens is None:
+        return plan
+    measured = a.tokens
+    if c.tokens.ratio:  # Nx needs no count of the run's tokens
+        k = c.tokens.value
+    elif measured:
+        k = c.tokens.value / measured
+    else:
+        notes.append("--tokens: the run's tokens per micro-batch are unknown (no manifest): give --tokens Nx")
+        return plan
+    passes = []
+    for p in plan.passes:
+        if isinstance(p, DdpPass):
+            passes.append(replace(p, backward_ms=p.backward_ms * k,
+                                  buckets=[replace(x, ready_ms=x.ready_ms * k) for x in p.buckets],
+                                  ready_curve=[(b, t * k) for b, t in p.ready_curve],
+                                  cover=[(t0 * k, t1 * k, f) for t0, t1, f in p.cover]))
+        else:
+            passes.append(replace(p, units=[replace(u, forward_ms=u.forward_ms * k, backward_ms=u.backward_ms * k)
+                                            for u in p.units]))
+    return replace(plan, passes=passes, compute_ms=plan.optimizer_ms + (plan.compute_ms - plan.optimizer_ms) * k)
+
+
+# --- the collectives' times --------------------------------------------------------------
+
+
+def _retime(x: Xfer, model, nbytes: float, group: int, w_scale: float, w_abs: float | None) -> Xfer:
+    """x at other bytes, group or W: its measured time x model(changed) / model(measured)."""
+    before = model.terms(x.collective, x.bytes, x.group_size)
+    after = model.terms(x.collective, nbytes, group, w_scale, w_abs)
+    if after is None or before is None:
+        return replace(x, bytes=nbytes, group_size=group)
+    ratio = after.model_ms / before.model_ms if before.model_ms > 0 else 1.0
+    return replace(x, bytes=nbytes, group_size=group, dur_ms=x.dur_ms * ratio, model_ms=after.model_ms, terms=after)
+
+
+def _world(a) -> int:
+    return int(a.info.world_size or 1)
+
+
+def _groups(plan: StepPlan, c: Changes, a, model, notes: list[str]) -> StepPlan:
+    """HSDP groups, world size, bandwidth and reduce dtype: the collectives' bytes, groups and W."""
+    if c.hsdp is None and c.gpus is None and c.bandwidth is None and c.reduce_dtype is None:
+        return plan
+    shape = a.info.manifest.hsdp_shape  # (replicate, shard) of an HSDP run
+    world = c.gpus or _world(a)
+    shard = c.hsdp or (shape[1] if shape else world)
+    replicas = max(1, world // shard)
+    if c.hsdp and world % c.hsdp:
+        notes.append(f"--hsdp {c.hsdp}: does not divide the world size {world}; ignored")
+        shard, replicas = (shape[1], max(1, world // shape[1])) if shape else (world, 1)
+    ratio_w = c.bandwidth.value if c.bandwidth and c.bandwidth.ratio else 1.0
+    abs_w = c.bandwidth.value if c.bandwidth and not c.bandwidth.ratio else None
+    new_itemsize = REDUCE_DTYPES[c.reduce_dtype] if c.reduce_dtype else None
+    if c.hsdp and plan.passes and isinstance(plan.passes[0], DdpPass):
+        notes.append("--hsdp: a DDP run has nothing to shard (use --gpus for the world size)")
+
+    def w_of(x: Xfer) -> float | None:
+        if c.hsdp and x.link == "inter" and c.inter_bandwidth:
+            return c.inter_bandwidth
+        if c.hsdp and x.link == "intra" and c.intra_bandwidth:
+            return c.intra_bandwidth
+        return abs_w
+
+    def dtype_ratio(x: Xfer) -> float:
+        if new_itemsize is None or x.phase not in REDUCE_PHASES:
+            return 1.0
+        old = x.dtype_bytes or REDUCE_DTYPES.get(str(a.info.manifest.reduce_dtype or "").lower().replace("torch.", ""))
+        return new_itemsize / old if old else 1.0
+
+    def retimed(x: Xfer, group: int, nbytes: float | None = None) -> Xfer:
+        return _retime(x, model, (x.bytes if nbytes is None else nbytes) * dtype_ratio(x), group, ratio_w, w_of(x))
+
+    passes = []
+    for p in plan.passes:
+        if isinstance(p, DdpPass):
+            passes.append(replace(p, buckets=[retimed(x, world) for x in p.buckets]))
+            continue
+        units = []
+        for u in p.units:
+            gather = retimed(u.gather, shard)
+            regather = retimed(u.regather, shard) if u.regather else None
+            reduce = []
+            for x in u.reduce:
+                if x.phase == "reduce_scatter":
+                    reduce.append(retimed(x, shard))
+            rs = next((x for x in u.reduce if x.phase == "reduce_scatter"), None)
+            ar = next((x for x in u.reduce if x.phase == "allreduce"), None)
+            if replicas > 1 and rs is not None:
+                shard_bytes = rs.bytes / shard
+                if ar is not None:  # HSDP already: the all-reduce of the shard across the replicas
+                    reduce.append(retimed(ar, replicas, shard_bytes))
+                else:
+                    level = _level([rs])
+                    new = _new(model, "allreduce", u.name, "all_reduce", shard_bytes * dtype_ratio(rs), replicas,
+                               level, link="inter", dtype_bytes=rs.dtype_bytes)
+                    reduce.append(_retime(new, model, new.bytes, replicas, ratio_w, w_of(new)))
+            units.append(replace(u, gather=gather, regather=regather, reduce=reduce))
+        passes.append(replace(p, units=units))
+    if c.hsdp and not c.inter_bandwidth:
+        notes.append("--hsdp without --inter-bandwidth: the all-reduce across groups at the calibrated W "
+                     "(on one node that is the intra-node link; give the network's)")
+    return replace(plan, passes=passes)
+
+
+def apply(plan: StepPlan, c: Changes, a, model, notes: list[str]) -> StepPlan:
+    """``plan`` under the changes ``c`` (a new plan)."""
+    if c.is_empty():
+        return plan
+    changed = plan.copy()
+    changed = _accumulate(changed, c, a, notes)
+    changed = _rebucket(changed, c, a, model, notes)
+    changed = _rewrap(changed, c, a, model, notes)
+    changed = _reshard(changed, c, model, notes)
+    changed = _tokens(changed, c, a, notes)
+    return _groups(changed, c, a, model, notes)
+
+
+def assumptions(plans: list[StepPlan], c: Changes) -> list[str]:
+    """What the prediction takes as given, in words (the ``assumptions`` of whatif --json)."""
+    out = ["compute of the passes, the optimizer's compute and the step's other time (host gaps, waits outside "
+           "the replayed collectives) as measured, unless a change scales them",
+           "one comm lane: collectives run one at a time in issue order, not slowed by compute"]
+    if any(p.blocking for p in plans):
+        out.append("the run's collectives block compute (measured at least 90% exposed): replayed fully exposed")
+    if c.tokens is not None:
+        out.append("compute of the forward and backward passes proportional to tokens; the optimizer's not")
+    if c.accum is not None or c.sync is not None:
+        out.append("each micro-batch's pass like the measured ones; with sync, every micro-batch's buckets exposed "
+                   "as the last one's")
+    if c.bucket_mb is not None:
+        out.append("gradients become ready in bucket order at the rate the measured buckets show, linear between "
+                   "their ready times")
+    if c.wrap is not None:
+        out.append("a unit's compute in proportion to its bytes")
+    return out

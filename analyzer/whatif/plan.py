@@ -1,0 +1,300 @@
+"""A measured step as the what-if engine replays it: passes of buckets or units.
+
+``plans`` reads the buckets report's ``RunAnalysis`` (measured collectives with their
+bucket or unit, phase, bytes, times and the compute around them) into one
+``StepPlan`` per rank and step. A plan holds what the replay needs and nothing it
+would have to guess: each pass (one micro-batch's forward and backward) with its
+DDP buckets or FSDP units, the measured compute of the passes and of the rest of
+the step (the optimizer), and the measured totals that a prediction is a change of.
+Times are milliseconds; DDP ready times count from the pass's backward start.
+
+Where the trace cannot tell (a pass's backward start on CPU traces, a unit's own
+compute), the estimates are the data-parallel model's: backward = 2/3 of a pass's compute
+(2 and 4 FLOPs per parameter and token), a unit's compute in proportion to its
+bytes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+from overlapscope.analyzer.ingest.dtypes import itemsize
+from overlapscope.analyzer.units import NS_PER_MS
+
+BACKWARD_SHARE = 2 / 3  # backward's part of a pass's compute: 4 of 6 FLOPs per parameter and token
+BLOCKING_EXPOSED = 0.9  # a family whose comm is this exposed or more is replayed as blocking
+REDUCE_PHASES = ("reduce_scatter", "allreduce")
+
+
+@dataclass
+class Xfer:
+    """One collective of a replay."""
+
+    phase: str  # allreduce, forward_allgather, backward_allgather, reduce_scatter
+    id: str  # bucket index or unit name
+    collective: str  # all_reduce, all_gather, reduce_scatter
+    bytes: float  # full buffer (nccl-tests' size)
+    group_size: int
+    dur_ms: float  # what the replay uses: measured, the time it had the comm lane to itself (lane_times)
+    model_ms: float | None  # the fitted ring model's time (no level from the run)
+    measured_ms: float | None = None  # its measured span (None: a collective the change created)
+    measured_exposed_ms: float | None = None
+    link: str = "intra"  # intra: the data-parallel or shard group; inter: HSDP's replicas
+    ready_ms: float = 0.0  # DDP: when its gradients were ready, ms after the pass's backward start
+    delay_ms: float = 0.0  # DDP: measured wait after it could start (ready, lane free): peers, the backend's thread
+    dtype_bytes: float | None = None  # bytes per element
+    terms: object = None  # comm.Terms of the prediction (None: as measured)
+    start_ns: int = 0  # measured start (trace clock)
+
+
+@dataclass
+class DdpPass:
+    """One micro-batch's backward with its buckets, in launch order."""
+
+    microbatch: int | None
+    buckets: list[Xfer]
+    backward_ms: float  # backward start to the last gradient ready
+    ready_curve: list[tuple[float, float]]  # (gradient bytes ready, ms after backward start), rising
+    origin_ns: int = 0  # the backward start on the trace clock
+    cover: list[tuple[float, float, float]] = field(default_factory=list)
+    """The measured compute around the comm: (start ms, end ms, fraction hidden) of each
+    bucket's time on the comm lane, after the backward start (``measured_cover``)."""
+    hidden_before_end: float = 1.0  # fraction hidden of the lane time before the backward's end, where unmeasured
+
+    @property
+    def xfers(self) -> list[Xfer]:
+        return self.buckets
+
+
+@dataclass
+class Unit:
+    """One FSDP unit of a pass."""
+
+    name: str
+    bytes: float  # unsharded bytes of its parameters (the forward all-gather's buffer)
+    forward_ms: float
+    backward_ms: float
+    gather: Xfer
+    regather: Xfer | None  # backward all-gather (None: kept from forward)
+    reduce: list[Xfer]  # reduce-scatter, then HSDP's all-reduce
+
+
+@dataclass
+class FsdpPass:
+    """One micro-batch's forward and backward over FSDP units, in forward order."""
+
+    microbatch: int | None
+    units: list[Unit]
+    forward_prefetch: bool
+    backward_prefetch: bool
+
+    @property
+    def xfers(self) -> list[Xfer]:
+        out = []
+        for u in self.units:
+            out += [u.gather] + ([u.regather] if u.regather else []) + u.reduce
+        return out
+
+
+@dataclass
+class StepPlan:
+    """One rank's step: its passes and the measured totals (ms)."""
+
+    rank: int
+    step: int
+    step_ms: float
+    compute_ms: float
+    comm_ms: float
+    exposed_ms: float
+    optimizer_ms: float  # compute after the passes' last collective: neither tokens nor micro-batches scale it
+    passes: list = field(default_factory=list)
+    microbatches: int = 1  # micro-batches per optimizer step (the passes that reduce may be fewer: no_sync)
+    blocking: bool = False  # the family's collectives block compute (measured fully exposed)
+
+    @property
+    def xfers(self) -> list[Xfer]:
+        return [x for p in self.passes for x in p.xfers]
+
+    @property
+    def pass_compute_ms(self) -> float:
+        return max(0.0, self.compute_ms - self.optimizer_ms)
+
+    def copy(self) -> "StepPlan":
+        """A deep copy of the passes (the changes edit them)."""
+        def copy_pass(p):
+            if isinstance(p, DdpPass):
+                return replace(p, buckets=[replace(x) for x in p.buckets], ready_curve=list(p.ready_curve),
+                               cover=list(p.cover))
+            return replace(p, units=[replace(u, gather=replace(u.gather),
+                                             regather=replace(u.regather) if u.regather else None,
+                                             reduce=[replace(x) for x in u.reduce]) for u in p.units])
+        return replace(self, passes=[copy_pass(p) for p in self.passes])
+
+
+def _xfer(r, model) -> Xfer:
+    link = "inter" if r.kind == "fsdp_unit" and r.phase == "allreduce" else "intra"
+    return Xfer(phase=r.phase, id=str(r.id), collective=r.collective or "", bytes=float(r.bytes or 0),
+                group_size=int(r.group_size or 1), dur_ms=r.comm_ms,
+                model_ms=model.model_ms(r.collective, r.bytes or 0, int(r.group_size or 1)) if r.collective else None,
+                measured_ms=r.comm_ms, measured_exposed_ms=r.exposed_ms, link=link,
+                dtype_bytes=float(itemsize(r.dtype)) if r.dtype and itemsize(r.dtype) else None,
+                start_ns=r.start_ns)
+
+
+def lane_times(xfers: list[Xfer]) -> None:
+    """Each measured collective's time on the one comm lane of the replay: the part of its
+    span after every earlier-starting one has ended (gloo runs collectives on several
+    threads at once; the lane takes their union, once). They add up to the union of the
+    spans, so the replay's comm time is the measured one."""
+    lane_end = None
+    for x in sorted(xfers, key=lambda x: x.start_ns):
+        end = x.start_ns + round(x.dur_ms * NS_PER_MS)  # int ns: a float loses 256 ns at 1.7e18
+        x.dur_ms = max(0.0, (end - max(x.start_ns, lane_end if lane_end is not None else x.start_ns)) / NS_PER_MS)
+        lane_end = end if lane_end is None else max(lane_end, end)
+
+
+def _ready_ns(r, device_kind: str) -> int:
+    """When a bucket's gradients were ready (predict.exposure's rule)."""
+    if device_kind == "gpu" and r.ready_ns is not None:
+        return r.ready_ns
+    return r.launch_ts_ns or r.start_ns
+
+
+def _ddp_pass(rows, model, device_kind: str, pass_compute_ms: float) -> DdpPass:
+    rows = sorted(rows, key=lambda r: (r.launch_ts_ns or r.start_ns, r.event_id))
+    ready = [_ready_ns(r, device_kind) for r in rows]
+    last = max(ready)
+    spread_ms = (last - min(ready)) / NS_PER_MS
+    backward_ms = max(BACKWARD_SHARE * pass_compute_ms, spread_ms)
+    start = last - round(backward_ms * NS_PER_MS)  # int ns (floats of epoch ns lose 256 ns)
+    buckets, curve, held, latest = [], [(0.0, 0.0)], 0.0, 0.0
+    for r, t in zip(rows, ready):
+        x = _xfer(r, model)
+        x.ready_ms = (t - start) / NS_PER_MS
+        buckets.append(x)
+    # the gradients' ready curve in bucket (gradient) order: bucket i's bytes are ready by its ready time
+    for x in sorted(buckets, key=lambda x: int(x.id) if x.id.isdigit() else 0):
+        held += x.bytes
+        latest = max(latest, x.ready_ms)
+        curve.append((held, latest))
+    return DdpPass(rows[0].microbatch, buckets, backward_ms, curve, origin_ns=start)
+
+
+def measured_cover(p: DdpPass) -> None:
+    """What the measured compute hid of each bucket's lane time, where it was (after
+    ``lane_times``): the replay reads the compute of the trace from it, so an unchanged
+    pass replays to its measured exposure and a changed one meets the compute that was
+    there at that time. Each lane time is split into its hidden part, then its exposed
+    part (exact where compute stops once during a bucket, as at the backward's end). Lane time before the backward's end that no bucket measured is
+    hidden at the pass's measured fraction before its end."""
+    cover, hidden, total = [], 0.0, 0.0
+    for x in p.buckets:
+        end = (x.start_ns - p.origin_ns) / NS_PER_MS + (x.measured_ms or 0.0)
+        hidden_ms = min(x.dur_ms, max(0.0, x.dur_ms - (x.measured_exposed_ms or 0.0)))
+        # the hidden part first: compute runs while a bucket starts and stops before it ends
+        # (the backward's tail), so a bucket moved earlier meets compute, one moved later not
+        cover += [(end - x.dur_ms, end - x.dur_ms + hidden_ms, 1.0), (end - x.dur_ms + hidden_ms, end, 0.0)]
+        if end <= p.backward_ms:
+            hidden += hidden_ms
+            total += x.dur_ms
+    p.cover = sorted(cover)
+    p.hidden_before_end = hidden / total if total > 0 else 1.0
+    lane_free = 0.0
+    for x in sorted(p.buckets, key=lambda x: x.start_ns):
+        start = (x.start_ns - p.origin_ns) / NS_PER_MS
+        x.delay_ms = max(0.0, start - max(x.ready_ms, lane_free))
+        lane_free = max(lane_free, start + x.dur_ms if x.dur_ms > 0 else start)
+
+
+def _fsdp_pass(rows, model, device_kind: str, forward_ms: float, backward_ms: float) -> FsdpPass | None:
+    rows = sorted(rows, key=lambda r: (r.launch_ts_ns or r.start_ns, r.event_id))
+    by_phase = {(str(r.id), r.phase): r for r in rows}
+    order = [str(r.id) for r in rows if r.phase == "forward_allgather"]
+    if not order:
+        return None
+    total = sum(float(by_phase[(u, "forward_allgather")].bytes or 0) for u in order) or 1.0
+    units = []
+    for u in order:
+        g = by_phase[(u, "forward_allgather")]
+        share = float(g.bytes or 0) / total
+        back = by_phase.get((u, "backward_allgather"))
+        units.append(Unit(u, float(g.bytes or 0), forward_ms * share, backward_ms * share, _xfer(g, model),
+                          _xfer(back, model) if back else None,
+                          [_xfer(by_phase[(u, p)], model) for p in REDUCE_PHASES if (u, p) in by_phase]))
+    return FsdpPass(rows[0].microbatch, units, forward_prefetch=device_kind == "gpu", backward_prefetch=True)
+
+
+def _fsdp_windows(rows) -> tuple[float, float]:
+    """Measured forward and backward compute (ms) of one pass (predict.exposure's windows):
+    from its first collective's launch to its first backward one, and from there to its
+    last backward one."""
+    back = [r.compute_before_ns for r in rows if r.phase in ("backward_allgather",) + REDUCE_PHASES]
+    if not back:
+        return 0.0, 0.0
+    first = min(r.compute_before_ns for r in rows)
+    return (min(back) - first) / NS_PER_MS, (max(back) - min(back)) / NS_PER_MS
+
+
+def blocking_families(rows) -> dict[str, bool]:
+    """Per family (ddp_bucket, fsdp_unit): whether its collectives block compute, read from
+    the measurement: exposed for BLOCKING_EXPOSED of their time or more (FSDP over gloo on
+    CPU waits for each collective at once; on GPUs they run beside the compute)."""
+    comm, exposed = defaultdict(float), defaultdict(float)
+    for r in rows:
+        comm[r.kind] += r.comm_ms
+        exposed[r.kind] += r.exposed_ms
+    return {k: comm[k] > 0 and exposed[k] / comm[k] >= BLOCKING_EXPOSED for k in comm}
+
+
+def plans(a, model) -> list[StepPlan]:
+    """One StepPlan per (rank, step) of the analysis that has DDP buckets or FSDP units."""
+    device = a.info.device_kind
+    blocking = blocking_families(a.collectives)
+    by_step: dict[tuple, list] = defaultdict(list)
+    for r in a.collectives:
+        if r.step is not None and r.kind in ("ddp_bucket", "fsdp_unit") and r.collective:
+            by_step[(r.rank, r.step)].append(r)
+    out = []
+    for s in a.overlap["steps"]:
+        rows = by_step.get((s["rank"], s["step"]))
+        if not rows:
+            continue
+        after = [r.compute_after_ns for r in rows if r.compute_after_ns is not None]
+        optimizer_ms = min(after) / NS_PER_MS if after else 0.0
+        plan = StepPlan(s["rank"], s["step"], s["step_ms"], s["compute_ms"], s["comm_ms"], s["exposed_comm_ms"],
+                        min(optimizer_ms, s["compute_ms"]))
+        by_mb: dict = defaultdict(list)
+        for r in rows:
+            by_mb[r.microbatch].append(r)
+        kind = max(("ddp_bucket", "fsdp_unit"), key=lambda k: sum(r.kind == k for r in rows))
+        plan.blocking = blocking.get(kind, False)
+        mbs = sorted(by_mb, key=lambda m: (m is None, m))
+        # a pass's compute: the measured compute of the passes shared by the micro-batches
+        microbatches = max(len(mbs), int(a.info.manifest.accumulation_steps or 1))
+        pass_ms = plan.pass_compute_ms / microbatches
+        for mb in mbs:
+            mine = [r for r in by_mb[mb] if r.kind == kind]
+            if not mine:
+                continue
+            if kind == "ddp_bucket":
+                plan.passes.append(_ddp_pass(mine, model, device, pass_ms))
+            else:
+                fwd, bwd = _fsdp_windows(mine)
+                p = _fsdp_pass(mine, model, device, fwd, bwd)
+                if p:
+                    plan.passes.append(p)
+        plan.microbatches = microbatches
+        lane_times(plan.xfers)
+        for p in plan.passes:
+            if isinstance(p, DdpPass):
+                measured_cover(p)
+        if plan.passes:
+            out.append(plan)
+    return out
+
+
+def median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None

@@ -1,0 +1,129 @@
+"""Replay a StepPlan with the model's timelines (model.replay): exposed comm per collective.
+
+DDP passes: ``replay_ddp`` (buckets on one comm lane from their ready times, hidden
+while the backward computes). FSDP passes: ``replay_fsdp`` (units in forward order,
+prefetch as the pass says, the backward's gathers only for the units it regathers).
+A plan whose collectives block compute (``StepPlan.blocking``) exposes every
+collective in full: the measurement showed nothing hides them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from overlapscope.analyzer.model.replay import Bucket, FsdpOptions, FsdpUnit, replay_ddp, replay_fsdp
+from overlapscope.analyzer.whatif.plan import DdpPass, FsdpPass, StepPlan
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where one collective lands in the replay (ms from the pass's start)."""
+
+    start_ms: float
+    end_ms: float
+    exposed_ms: float
+    hidden_by: str | None  # the compute that hides (part of) it
+
+
+@dataclass(frozen=True)
+class StepReplay:
+    comm_ms: float
+    exposed_ms: float
+    spans: dict  # id(xfer) -> Span
+
+
+def _duration(x, which: str) -> float:
+    if which == "model":
+        return x.model_ms if x.model_ms is not None else x.dur_ms
+    return x.dur_ms
+
+
+def _hidden_ms(p: DdpPass, start: float, end: float, backward_end: float) -> float:
+    """How much of [start, end] (ms) the pass's compute hides: the measured cover where a
+    bucket measured it, else the measured fraction before the backward's end, none after."""
+    hidden, open_at = 0.0, start
+    for t0, t1, frac in p.cover:
+        if t1 <= start or t0 >= end:
+            continue
+        a, b = max(start, t0), min(end, t1)
+        hidden += frac * (b - a)
+        if a > open_at:  # the gap before this measured piece
+            hidden += p.hidden_before_end * max(0.0, min(a, backward_end) - open_at)
+        open_at = max(open_at, b)
+    if open_at < end:
+        hidden += p.hidden_before_end * max(0.0, min(end, backward_end) - open_at)
+    return min(hidden, end - start)
+
+
+def _ddp(p: DdpPass, which: str, spans: dict) -> float:
+    buckets = [Bucket(max(0.0, x.ready_ms) / 1e3, _duration(x, which) / 1e3, x.delay_ms / 1e3) for x in p.buckets]
+    end_ms = max([x.ready_ms for x in p.buckets] + [0.0])
+    timeline = replay_ddp(buckets, backward_end_s=end_ms / 1e3)
+    exposed = 0.0
+    for x, b in zip(p.buckets, timeline.buckets):
+        start, end = b.start_s * 1e3, b.end_s * 1e3
+        hidden = _hidden_ms(p, start, end, end_ms)
+        exposed += end - start - hidden
+        spans[id(x)] = Span(start, end, end - start - hidden, "backward compute" if hidden > 1e-9 else None)
+    return exposed
+
+
+def _fsdp(p: FsdpPass, which: str, spans: dict) -> float:
+    units = []
+    for u in p.units:
+        reduce_s = sum(_duration(x, which) for x in u.reduce) / 1e3
+        units.append(FsdpUnit(u.name, u.forward_ms / 1e3, u.backward_ms / 1e3, _duration(u.gather, which) / 1e3,
+                              reduce_s, _duration(u.regather, which) / 1e3 if u.regather else None,
+                              regather=u.regather is not None))
+    timeline = replay_fsdp(units, FsdpOptions(forward_prefetch=p.forward_prefetch,
+                                              backward_prefetch=p.backward_prefetch))
+    compute = [s for s in timeline.spans if not s.is_comm]
+    by_key = defaultdict(list)
+    for s in timeline.spans:
+        if s.is_comm:
+            by_key[(s.unit, s.phase)].append(s)
+    for u in p.units:
+        for phase, x in (("forward_allgather", u.gather), ("backward_allgather", u.regather)):
+            if x is not None and by_key.get((u.name, phase)):
+                spans[id(x)] = _span(by_key[(u.name, phase)][0], compute)
+        rs = by_key.get((u.name, "reduce_scatter"))
+        if rs:  # the unit's reduce: its reduce-scatter then HSDP's all-reduce, exposure shared by time
+            s = rs[0]
+            total = sum(_duration(x, which) for x in u.reduce) or 1.0
+            at = s.start_s * 1e3
+            for x in u.reduce:
+                share = _duration(x, which) / total
+                spans[id(x)] = Span(at, at + _duration(x, which), s.exposed_s * 1e3 * share,
+                                    _span(s, compute).hidden_by)
+                at += _duration(x, which)
+    return timeline.exposed_s * 1e3
+
+
+def _span(s, compute) -> Span:
+    hiders = [c for c in compute if c.start_s < s.end_s and c.end_s > s.start_s]
+    names = []
+    for c in hiders:
+        name = f"{c.phase} of {c.unit or '<root>'}"
+        if name not in names:
+            names.append(name)
+    hidden_by = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "") if names else None
+    return Span(s.start_s * 1e3, s.end_s * 1e3, s.exposed_s * 1e3, hidden_by if s.exposed_s < s.dur_s else None)
+
+
+def replay_plan(plan: StepPlan, which: str = "dur") -> StepReplay:
+    """Exposed comm of the plan's collectives: ``which`` = ``dur`` (the durations the
+    change gives) or ``model`` (the fitted ring model's, the model's pure prediction)."""
+    spans: dict = {}
+    comm = sum(_duration(x, which) for x in plan.xfers)
+    if plan.blocking:
+        at = 0.0
+        for x in plan.xfers:
+            d = _duration(x, which)
+            spans[id(x)] = Span(at, at + d, d, None)
+            at += d
+        return StepReplay(comm, comm, spans)
+    exposed = 0.0
+    for p in plan.passes:
+        exposed += _ddp(p, which, spans) if isinstance(p, DdpPass) else _fsdp(p, which, spans)
+    return StepReplay(comm, exposed, spans)

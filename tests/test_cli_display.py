@@ -1,0 +1,55 @@
+"""The CLI's text output reads at a glance: it fits 100 columns unless ``--wide``, long tables
+keep the rows that matter (``--top``) and say how many they left out."""
+
+from __future__ import annotations
+
+import pytest
+
+from overlapscope.cli import main
+from builders import GpuTrace, write
+from conftest import SAMPLES
+
+
+def _lines(capsys) -> list[str]:
+    return capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("command", ["analyze", "buckets", "diagnose", "whatif"])
+@pytest.mark.parametrize("sample", ["hsdp_2x2", "ddp_accum_sync"])
+def test_output_fits_100_columns(command, sample, capsys):
+    argv = [command, str(SAMPLES / sample)] + (["--all"] if command == "diagnose" else [])
+    assert main(argv) == 0
+    lines = _lines(capsys)
+    assert lines and max(len(line) for line in lines) <= 100, max(lines, key=len)
+
+
+def test_wide_shows_every_column(capsys):
+    assert main(["buckets", str(SAMPLES / "hsdp_2x2")]) == 0
+    narrow = "\n".join(_lines(capsys))
+    assert "left out to fit 100 columns; --wide shows them" in narrow and "busbw_GB/s  " not in narrow
+    assert main(["buckets", str(SAMPLES / "hsdp_2x2"), "--wide"]) == 0
+    wide = _lines(capsys)
+    assert any("busbw_GB/s" in line and "inferred" in line for line in wide)
+    assert max(len(line) for line in wide) > 100
+
+
+def test_top_keeps_the_most_exposed_steps(tmp_path, capsys):
+    # 30 steps, step s exposing s us of comm: --top 5 keeps steps 26..30 in their order
+    t = GpuTrace().step(1, 0, 100)
+    for s in range(1, 31):
+        start = 100 * (s - 1)
+        if s > 1:
+            t.step(s, start, 100)
+        t.kernel(start, 50, step=s).comm(start + 50 - 10, 10 + s, step=s)
+    path = write(t, tmp_path / "rank-0.json")
+    assert main(["analyze", path, "--top", "5"]) == 0
+    out = _lines(capsys)
+    start = out.index("per step")
+    rows = out[start + 3:start + 8]
+    assert [int(r.split()[1]) for r in rows] == [26, 27, 28, 29, 30]
+    assert out[start + 8] == "(25 more steps not shown: the 5 with the most exposed comm are; --top 0 shows all)"
+    assert main(["analyze", path, "--top", "0"]) == 0
+    out = _lines(capsys)
+    assert not any("more steps not shown" in line for line in out)
+    assert main(["analyze", path]) == 0  # the default: a screenful
+    assert any(line.startswith("(10 more steps not shown") for line in _lines(capsys))

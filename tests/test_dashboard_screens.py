@@ -1,0 +1,138 @@
+"""Every page of the dashboard at a glance: on a sample run and on an 8-rank run.
+
+In AppTest (no browser): every chart's spec keeps every label of its bars (no label
+dropped for overlap: ``labelOverlap`` false on each nominal or ordinal axis of a bar or
+rect mark), every legend shows its labels whole (``labelLimit`` 0 where the labels are
+names of runs or series), and no page raises. In a real browser: a screenshot of every
+page of both runs (test-artifacts/screens-*.png), no traceback, each page settled
+warm within 2 s.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import pytest
+
+from conftest import SAMPLES
+from test_dashboard_pages import APP, PAGES, charts, no_errors, open_app
+
+WORLD = 8
+
+
+def eight_ranks(folder, source=SAMPLES / "ddp"):
+    """An 8-rank run: the sample's two ranks copied to ranks 0..7 (distributedInfo renumbered)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    traces = [json.loads(gzip.decompress(p.read_bytes())) for p in sorted(source.glob("rank-*.json.gz"))]
+    for rank in range(WORLD):
+        trace = dict(traces[rank % len(traces)])
+        trace["distributedInfo"] = {**trace["distributedInfo"], "rank": rank, "world_size": WORLD}
+        (folder / f"rank-{rank}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(trace).encode(), 1))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def screens_db(tmp_path_factory):
+    from overlapscope.analyzer.store import catalog
+
+    folder = tmp_path_factory.mktemp("screens")
+    db = folder / "catalog.duckdb"
+    con = catalog.open_catalog(db)
+    catalog.ingest(con, [str(SAMPLES / "fsdp_per_block")], name="sample/fsdp_per_block")
+    catalog.ingest(con, [str(eight_ranks(folder / "eight"))], name="eight-ranks")
+    con.close()
+    return db
+
+
+def _axis_problems(spec, where: str) -> list[str]:
+    """Bars or cells on a nominal/ordinal axis that may drop labels; legends that cut theirs."""
+    problems = []
+
+    def walk(node, mark=None):
+        if isinstance(node, dict):
+            mark = node.get("mark", mark)
+            kind = mark.get("type") if isinstance(mark, dict) else mark
+            for channel, enc in (node.get("encoding") or {}).items():
+                if not isinstance(enc, dict):
+                    continue
+                if channel in ("x", "y") and enc.get("type") in ("nominal", "ordinal") and kind in ("bar", "rect"):
+                    if (enc.get("axis") or {}).get("labelOverlap") is not False:
+                        problems.append(f"{where}: {channel} {enc.get('field')} may drop labels")
+                if channel == "color" and enc.get("field") in ("run", "series", "name"):
+                    legend = enc.get("legend")
+                    if legend is not None and (legend or {}).get("labelLimit") != 0:
+                        problems.append(f"{where}: the legend of {enc.get('field')} may cut its labels")
+            for value in node.values():
+                walk(value, mark)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, mark)
+    walk(spec)
+    return problems
+
+
+@pytest.mark.parametrize("run_id", [1, 2])
+def test_every_chart_keeps_its_labels(monkeypatch, screens_db, run_id):
+    problems = []
+    for page in PAGES:
+        at = open_app(monkeypatch, screens_db, page)
+        at.sidebar.selectbox[0].set_value(run_id).run()
+        if page.endswith("compare.py"):
+            at.selectbox(key="cmp_b").set_value(2 if run_id == 1 else 1).run()
+        no_errors(at)
+        for i, spec in enumerate(charts(at)):
+            problems += _axis_problems(spec, f"{page} chart {i}")
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_heatmap_labels_every_rank(monkeypatch, screens_db):
+    at = open_app(monkeypatch, screens_db, "views/overview.py")
+    at.sidebar.selectbox[0].set_value(2).run()
+    heatmap = charts(at)[1]
+    assert heatmap["height"] == {"step": 24}  # 24 px a rank: 8 rows of readable height, each labelled
+    assert {r["rank"] for r in __import__("test_dashboard_pages").chart_rows(at, 1) if "rank" in r} == set(range(WORLD))
+
+
+def test_every_page_in_a_browser(tmp_path, screens_db):
+    from test_dashboard_browser import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _no_exception, _open, _settle)
+    from test_dashboard_cli import start_server, stop_server
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ARTIFACTS.mkdir(exist_ok=True)
+    titles = {"views/overview.py": "Overview", "views/timeline.py": "Timeline", "views/buckets.py": "Buckets & units",
+              "views/model.py": "Model", "views/checklist.py": "Checklist", "views/compare.py": "Compare",
+              "views/history.py": "History", "views/upload.py": "Upload"}
+    proc, url = start_server(screens_db)
+    warm_s = {}
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            for run_id, label in ((1, "sample"), (2, "eight-ranks")):
+                page.goto(f"{url}/?run={run_id}")
+                _settle(page)
+                page.get_by_role("combobox", name="Run").click()
+                page.get_by_role("option").filter(has_text=f"#{run_id} ").first.click()
+                _settle(page)
+                for path, title in titles.items():
+                    _open(page, title)  # first visit: computes and caches
+                    _no_exception(page)
+                    page.screenshot(path=str(ARTIFACTS / f"screens-{label}-{title.split()[0].lower()}.png"), full_page=True)
+                for path, title in titles.items():
+                    started = time.monotonic()
+                    _open(page, title)  # warm: what a user sees going back to a page
+                    warm_s[(label, title)] = time.monotonic() - started
+                    _no_exception(page)
+            browser.close()
+    finally:
+        stop_server(proc)
+    print("warm page times (s):", {f"{k[0]}/{k[1]}": round(v, 2) for k, v in warm_s.items()})
+    slow = {k: v for k, v in warm_s.items() if v > 2.0}
+    assert slow == {}, slow
+    for label in ("sample", "eight-ranks"):
+        for title in titles.values():
+            assert (ARTIFACTS / f"screens-{label}-{title.split()[0].lower()}.png").stat().st_size > 10_000
