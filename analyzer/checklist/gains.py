@@ -57,16 +57,29 @@ CANDIDATES = {
 }
 
 
+SLOWEST_RANKS = 4  # a run of more ranks replays only its slowest ones for the gains (the headline's rank among them)
+
+
+def _slowest(a) -> set[int] | None:
+    ranks = [r for r in a.overlap["ranks"] if r.get("step_ms") is not None]
+    if len(ranks) <= 2 * SLOWEST_RANKS:
+        return None
+    return {r["rank"] for r in sorted(ranks, key=lambda r: -r["step_ms"])[:SLOWEST_RANKS]}
+
+
 def link(findings: list, a) -> None:
-    """Set ``predicted_gain_ms`` and ``whatif`` on the failed and warned findings in place."""
+    """Set ``predicted_gain_ms`` and ``whatif`` on the failed and warned findings in place.
+    The run's plans are built once; a run of more than 8 ranks replays its 4 slowest."""
     from overlapscope.analyzer import whatif
 
-    for f in findings:
-        if f.status not in ("fail", "warn") or f.id not in CANDIDATES:
-            continue
+    wanted = [f for f in findings if f.status in ("fail", "warn") and f.id in CANDIDATES]
+    if not wanted:
+        return
+    prepared, ranks = whatif.prepare(a), _slowest(a)
+    for f in wanted:
         best = None
         for changes in CANDIDATES[f.id](f, a):
-            p = whatif.predict(a, changes)
+            p = whatif.predict(a, changes, prepared, ranks)
             if not p["predicted"] or (p["memory"] and p["memory"].get("fits") is False):
                 continue
             gain = p["predicted"]["gain_ms"]

@@ -90,11 +90,21 @@ def _collectives(plan: StepPlan, changed: StepPlan, new) -> list[dict]:
     return rows
 
 
-def predict(a, changes: Changes = Changes()) -> dict:
-    """The what-if of one run (the JSON of ``whatif --json``, without ``run``)."""
+def prepare(a) -> tuple[CommModel, list[StepPlan]]:
+    """The run's comm model and measured plans: what every prediction of it starts from
+    (``predict``'s ``prepared``, to predict many changes of one run at the cost of one)."""
     model = CommModel(a.info.manifest.calibration, a.collectives,
                       {k: v["bytes_per_s"] for k, v in a.sources["bus_bandwidth_by_kind"].items() if v["bytes_per_s"]})
-    measured_plans = plans(a, model)
+    return model, plans(a, model)
+
+
+def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, ranks: set[int] | None = None) -> dict:
+    """The what-if of one run (the JSON of ``whatif --json``, without ``run``); ``prepared``
+    from ``prepare``; ``ranks``: replay only these ranks (the run figures are then the
+    slowest of them: the checklist's gains replay the slowest ranks of a large run)."""
+    model, measured_plans = prepared if prepared is not None else prepare(a)
+    if ranks is not None:
+        measured_plans = [p for p in measured_plans if p.rank in ranks]
     notes: list[str] = []
     steps = []
     for plan in measured_plans:
