@@ -8,17 +8,19 @@ PIP    := $(VENV)/bin/pip
 
 .PHONY: run test bench samples clean
 
+# PYTHONWARNINGS=ignore: setuptools warns that the data folders (sql/queries, the samples) are no
+# packages; they are package data by design, and the warning is noise for a newcomer.
 $(VENV)/.base: pyproject.toml
 	@echo "overlapscope: creating $(VENV) and installing the package and its dependencies (once; about a minute)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PIP) install -q --disable-pip-version-check --upgrade pip
-	@$(PIP) install -q --disable-pip-version-check -e .
+	@PYTHONWARNINGS=ignore $(PIP) install -q --disable-pip-version-check -e .
 	@touch $@
 
 # Test environment: the package, torch pinned to the CPU build, pytest, playwright.
 $(VENV)/.dev: $(VENV)/.base constraints-dev.txt
 	@echo "overlapscope: installing the test tools and torch (CPU build, pinned in constraints-dev.txt) (once)"
-	@$(PIP) install -q --disable-pip-version-check -c constraints-dev.txt -e '.[dev,tracer]'
+	@PYTHONWARNINGS=ignore $(PIP) install -q --disable-pip-version-check -c constraints-dev.txt -e '.[dev,tracer]'
 	@touch $@
 
 run: $(VENV)/.base
