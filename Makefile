@@ -37,7 +37,7 @@ test: $(VENV)/.dev
 	    || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
 	    || echo "note: chromium could not be installed; the browser test will skip"; \
 	fi
-	@echo "overlapscope: running the test suite on 2 processes (about 7 minutes on 2 cores)"
+	@echo "overlapscope: running the test suite on 2 processes (about 9 minutes on 2 cores)"
 	$(PY) -m pytest -n 2 -q
 
 # Holistic Trace Analysis in its own venv, to measure beside it (skipped when PyPI is unreachable).

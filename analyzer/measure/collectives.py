@@ -94,15 +94,18 @@ def compute(con, info: RunInfo) -> list[Collective]:
     defaults = info.manifest.group_sizes()
     orders = _unit_orders(info.manifest)
     out = []
-    for r in sql.rows(con, "collectives.stats"):
+    names: dict = {}  # one str object per distinct kind, phase, dtype, id (hundreds of thousands of rows share a few)
+    same = lambda v: v if v is None else names.setdefault(v, v)  # noqa: E731
+    for r in sql.stream(con, "collectives.stats"):  # batches: never every row as a dict at once
         group = r["group_size"] or defaults.get(r["collective"] or "", info.world_size)
         nbytes = r["bytes"]
         if r["shard_only"] and nbytes and group:
             nbytes *= group  # nccl-tests' all-gather size is the gathered output
         out.append(Collective(
-            rank=r["rank"], step=r["step"], kind=r["kind"],
-            id=_unit_name(r["kind"], r["id"], r["inferred"], r["phase"], orders),
-            phase=r["phase"], collective=r["collective"], bytes=nbytes, dtype=r["dtype"], group_size=group,
+            rank=r["rank"], step=r["step"], kind=same(r["kind"]),
+            id=same(_unit_name(r["kind"], r["id"], r["inferred"], r["phase"], orders)),
+            phase=same(r["phase"]), collective=same(r["collective"]), bytes=nbytes, dtype=same(r["dtype"]),
+            group_size=group,
             microbatch=int(r["microbatch"]) if r["microbatch"] is not None else None,
             offset_ms=ms(r["offset_ns"]), comm_ms=ms(r["comm_ns"]), exposed_ms=ms(r["exposed_ns"]),
             busbw_gbps=_busbw_gbps(nbytes, r["comm_ns"], r["collective"], group),

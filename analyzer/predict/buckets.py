@@ -273,7 +273,21 @@ def summary(rows: list[Collective]) -> list[dict]:
     return sorted(out, key=lambda s: -(s["exposed_ms"] or 0))
 
 
-def report(a: RunAnalysis) -> dict:
-    """The ``buckets`` result (the JSON contract, without ``run``)."""
-    return {"collectives": collectives.as_json(a.collectives), "summary": summary(a.collectives),
+ROWS_PER_CHUNK = 5_000  # collectives encoded at a time when a stored document streams them
+
+
+def report(a: RunAnalysis, streamed: bool = False) -> dict:
+    """The ``buckets`` result (the JSON contract, without ``run``); ``streamed``: its
+    collectives as a ``runstore.Rows`` that the run store encodes chunk by chunk (ingest:
+    a 256-rank run holds half a million of them)."""
+    if streamed:
+        from overlapscope.analyzer.store.runstore import Rows
+
+        rows = a.collectives
+        chunks = lambda: (collectives.as_json(rows[i:i + ROWS_PER_CHUNK])  # noqa: E731
+                          for i in range(0, len(rows), ROWS_PER_CHUNK))
+        listed = Rows(chunks)
+    else:
+        listed = collectives.as_json(a.collectives)
+    return {"collectives": listed, "summary": summary(a.collectives),
             "steps": a.steps, "model": a.model, "measured": a.sources, "memory": a.memory}

@@ -215,6 +215,19 @@ def rows(con, name: str, /, **params) -> list[dict]:
     return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
+def stream(con, name: str, /, batch: int = 10_000, **params):
+    """A named query's rows as dicts, fetched ``batch`` at a time (a large result is never
+    held whole as Python objects beside what the caller builds from it)."""
+    cur = con.execute(query(name), params or None)
+    names = [d[0] for d in cur.description]
+    while True:
+        chunk = cur.fetchmany(batch)
+        if not chunk:
+            return
+        for row in chunk:
+            yield dict(zip(names, row))
+
+
 def tuples(con, name: str, /, **params) -> list[tuple]:
     """A named query's rows as tuples."""
     return con.execute(query(name), params or None).fetchall()

@@ -116,15 +116,58 @@ def read_results(run_dir: str | os.PathLike) -> list[tuple[dict, dict]]:
     return out
 
 
+class Rows:
+    """A list of a document encoded chunk by chunk: ``chunks()`` yields lists of JSON-ready
+    rows, so that the rows of a large run (every collective) are never all held as dicts."""
+
+    def __init__(self, chunks):
+        self.chunks = chunks
+
+
+def _indented(value) -> bytes:
+    """``value`` as ``msgspec.json.format(..., indent=2)`` writes it one level down (a top-level key's value)."""
+    return msgspec.json.format(msgspec.json.encode(value), indent=2).replace(b"\n", b"\n  ")
+
+
+def _formatted(document: dict):
+    """The bytes of ``msgspec.json.format(msgspec.json.encode(document), indent=2)``, piece by
+    piece, with ``Rows`` values encoded a chunk at a time (JSON text holds no raw newline,
+    so re-indenting by lines is exact)."""
+    if not document:
+        yield b"{}"
+        return
+    yield b"{\n"
+    items = list(document.items())
+    for i, (key, value) in enumerate(items):
+        yield b"  " + msgspec.json.encode(key) + b": "
+        if isinstance(value, Rows):
+            wrote = False
+            for chunk in value.chunks():
+                if not chunk:
+                    continue
+                inner = msgspec.json.format(msgspec.json.encode(chunk), indent=2)[2:-2]  # without "[\n" and "\n]"
+                yield (b",\n  " if wrote else b"[\n  ") + inner.replace(b"\n", b"\n  ")
+                wrote = True
+            yield b"\n  ]" if wrote else b"[]"
+        else:
+            yield _indented(value)
+        yield b",\n" if i < len(items) - 1 else b"\n"
+    yield b"}"
+
+
 def write_document(folder: str | os.PathLike, name: str, document: dict, **facts) -> None:
-    """An analysis of the run (a JSON-ready object) as ``<name>.json.zst``, indented as the
-    CLI prints JSON (so that it prints as it is), and beside it ``<name>.facts.json``: its
-    size and what it was made with (``facts``, e.g. tokens)."""
+    """An analysis of the run (a JSON-ready object; ``Rows`` values streamed) as
+    ``<name>.json.zst``, indented as the CLI prints JSON (so that it prints as it is), and
+    beside it ``<name>.facts.json``: its size and what it was made with (``facts``, e.g.
+    tokens). Written as a zstd stream: never the whole text in memory."""
     import pyarrow as pa
 
-    data = msgspec.json.format(msgspec.json.encode(document), indent=2)
-    (Path(folder) / f"{name}.json.zst").write_bytes(pa.compress(data, codec="zstd", asbytes=True))
-    (Path(folder) / f"{name}.facts.json").write_bytes(msgspec.json.encode({"bytes": len(data), **facts}))
+    size = 0
+    with pa.CompressedOutputStream(str(Path(folder) / f"{name}.json.zst"), "zstd") as out:
+        for piece in _formatted(document):
+            out.write(piece)
+            size += len(piece)
+    (Path(folder) / f"{name}.facts.json").write_bytes(msgspec.json.encode({"bytes": size, **facts}))
 
 
 def document_facts(run_dir: str | os.PathLike, name: str) -> dict | None:

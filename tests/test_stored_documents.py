@@ -1,0 +1,45 @@
+"""Stored analyses are written as a zstd stream (analyzer/store/runstore.py): byte for byte the
+JSON the CLI prints, with the collectives encoded a chunk at a time."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from overlapscope.analyzer.store import runstore
+
+
+@pytest.mark.parametrize("document", [
+    {}, {"a": []}, {"a": {}}, {"a": 1, "b": [1, {"c": [2, 3]}], "d": None, "e": "x\ny"},
+    {"rows": [{"k": i, "v": [i, {"w": i}]} for i in range(5)], "tail": {"t": [1]}},
+])
+def test_streamed_documents_are_the_formatted_json(tmp_path, document):
+    whole = msgspec.json.format(msgspec.json.encode(document), indent=2)
+    assert b"".join(runstore._formatted(document)) == whole
+    if "rows" in document:  # the same rows as a stream of chunks of 2
+        rows = document["rows"]
+        streamed = {**document, "rows": runstore.Rows(lambda: (rows[i:i + 2] for i in range(0, len(rows), 2)))}
+        assert b"".join(runstore._formatted(streamed)) == whole
+        empty = {**document, "rows": runstore.Rows(lambda: iter([[], []]))}
+        assert b"".join(runstore._formatted(empty)) == msgspec.json.format(
+            msgspec.json.encode({**document, "rows": []}), indent=2)
+    runstore.write_document(tmp_path, "doc", document, tokens=7)
+    assert runstore.read_document_bytes(tmp_path, "doc") == whole
+    assert runstore.document_facts(tmp_path, "doc") == {"bytes": len(whole), "tokens": 7}
+
+
+def test_a_stored_buckets_document_is_what_buckets_json_prints(tmp_path, monkeypatch, capsys):
+    from overlapscope.analyzer.predict import buckets
+    from overlapscope.cli import main
+    from conftest import SAMPLES
+
+    monkeypatch.setenv("OVERLAPSCOPE_DB", str(tmp_path / "c.duckdb"))
+    monkeypatch.setattr(buckets, "ROWS_PER_CHUNK", 7)  # many chunks on a sample
+    assert main(["ingest", str(SAMPLES / "fsdp_per_block"), "--run", "s"]) == 0
+    capsys.readouterr()
+    assert main(["buckets", "--run", "s", "--json"]) == 0
+    stored = msgspec.json.decode(capsys.readouterr().out)
+    assert main(["buckets", str(SAMPLES / "fsdp_per_block"), "--json"]) == 0
+    fresh = msgspec.json.decode(capsys.readouterr().out)
+    assert len(stored["collectives"]) == len(fresh["collectives"]) > 7  # more than one chunk
+    assert stored["collectives"] == fresh["collectives"] and stored["summary"] == fresh["summary"]
