@@ -8,11 +8,9 @@ phase), step windows and the checklist's findings. Open it at https://ui.perfett
 
 from __future__ import annotations
 
-import sys
-
 from overlapscope.analyzer.api import export_perfetto, export_perfetto_run
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.cli.common import add_source_arguments, stored_run
+from overlapscope.cli.common import add_source_arguments, progress, stored_run
 from overlapscope.cli.tables import clean
 
 
@@ -29,14 +27,10 @@ def run(args) -> int:
     if not args.perfetto:
         raise UsageError("export: give --perfetto OUT.json or OUT.json.gz")
     stored = stored_run(args)
-
-    def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            print(f"\rexport: rank {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
-
-    counts = (export_perfetto_run(*stored, args.perfetto, on_rank=progress) if stored
+    on_rank = progress("export: rank")
+    counts = (export_perfetto_run(*stored, args.perfetto, on_rank=on_rank) if stored
               else export_perfetto(args.paths, args.perfetto, workers=args.workers, engine=args.engine,
-                                   ray_address=args.ray_address, on_rank=progress))
+                                   ray_address=args.ray_address, on_rank=on_rank))
     print(f"wrote {clean(args.perfetto)}: {counts['ranks']} ranks, {counts['events']:,} events, "
           f"{counts['exposed_slices']:,} exposed-comm slices, {counts['collectives']:,} collectives, "
           f"{counts['findings']} findings; open it at https://ui.perfetto.dev")

@@ -302,32 +302,21 @@ STEP_TABLE = {
 }
 
 
-def readable_table(rows: list[dict], spec: dict):
-    """(polars frame, Streamlit column_config, headers left out) for ``rows`` read through
-    ``spec``: numbers rounded as the spec says, a column with no value anywhere left out,
-    one with gaps shown as text with a dash (its help says why)."""
-    import polars as pl
-    import streamlit as st
-
-    config: dict = {"slowest": st.column_config.TextColumn("", width="small", help="◀ the slowest")}
-    empty, out = [], []
+def readable_rows(rows: list[dict], spec: dict) -> tuple[list[dict], list[str], set[str], list[str]]:
+    """``rows`` read through ``spec``: numbers rounded as the spec says, a column with no
+    value anywhere left out (its header among the ``empty``), one with gaps as text with a
+    dash. Returns (rows, columns shown, the columns with gaps, empty headers)."""
     columns = [k for k in spec if any(r.get(k) is not None for r in rows)]
     empty = [spec[k][0] for k in spec if k not in columns]
     gaps = {k for k in columns if any(r.get(k) is None for r in rows)}
+    out = []
     for r in rows:
         row = {"slowest": r.get("slowest", "")}
         for k in columns:
-            v = r.get(k)
-            digits = spec[k][1]
+            v, digits = r.get(k), spec[k][1]
             if k in gaps:
                 row[k] = "–" if v is None else (f"{v:,.{digits}f}" if isinstance(v, float) else str(v))
             else:
                 row[k] = round(v, digits) if isinstance(v, float) else v
         out.append(row)
-    for k in columns:
-        label, digits, why = spec[k]
-        if k in gaps:
-            config[k] = st.column_config.TextColumn(label, help=why)
-        else:
-            config[k] = st.column_config.NumberColumn(label, help=why, format=f"%.{digits}f" if digits else "%d")
-    return pl.DataFrame(out, infer_schema_length=None), config, empty
+    return out, columns, gaps, empty

@@ -3,6 +3,7 @@ the slowest rank and step stand out."""
 
 from __future__ import annotations
 
+import polars as pl
 import streamlit as st
 
 from overlapscope.dashboard import charts, context, data, shape
@@ -39,11 +40,17 @@ def _figures(head: dict) -> None:
 
 
 def _table(rows: list[dict], marker, spec: dict) -> None:
-    """A table with readable headers and units (``shape.TABLES``), the slowest row marked,
+    """A table with readable headers and units (``shape.RANK_TABLE`` etc.), the slowest row marked,
     columns with no value anywhere left out and named, a dash where one row has none."""
     marked = [{"slowest": "◀" if marker(r) else "", **{k: r.get(k) for k in spec}} for r in rows]
-    frame, config, empty = shape.readable_table(marked, spec)
-    st.dataframe(frame, hide_index=True, column_config=config, width="stretch")
+    shown, columns, gaps, empty = shape.readable_rows(marked, spec)
+    config: dict = {"slowest": st.column_config.TextColumn("", width="small", help="◀ the slowest")}
+    for k in columns:
+        label, digits, why = spec[k]
+        config[k] = (st.column_config.TextColumn(label, help=why) if k in gaps else
+                     st.column_config.NumberColumn(label, help=why, format=f"%.{digits}f" if digits else "%d"))
+    st.dataframe(pl.DataFrame(shown, infer_schema_length=None), hide_index=True, column_config=config,
+                 width="stretch")
     if empty:
         st.caption("Not shown (no value on any row): " + "; ".join(empty) + ".")
 
