@@ -98,6 +98,7 @@ def run_dashboard(args) -> int:
     chosen = settings(env)
     address = args.address or DEFAULT_ADDRESS
     os.environ.update(env)  # the pages run in this process and read their settings from it
+    server.preload()  # before the sample loader's thread and the pages' threads start
     _prepare(chosen)
     url = f"http://{f'[{address}]' if ':' in address else address}:{args.port}"
     writes = ("pushes need a token from " + str(chosen.api_tokens)) if chosen.api_tokens else \

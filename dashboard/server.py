@@ -92,6 +92,22 @@ def build(settings: Settings):
     return spool, api
 
 
+def preload() -> None:
+    """Import the pages' data-frame libraries once, here, before any script thread runs.
+
+    Streamlit runs each page in a thread of its own, and a page left mid-import keeps
+    importing while the next one starts. Altair (through narwhals) looks pandas up in
+    ``sys.modules`` without importing it, so a thread that draws a chart while another
+    is inside pandas' first import sees a half-initialised module ("partially
+    initialized module 'pandas' has no attribute 'Timestamp'", seen in CI). Imported
+    before the threads start, every thread finds them whole.
+    """
+    import altair  # noqa: F401
+    import pandas  # noqa: F401
+    import polars  # noqa: F401
+    import pyarrow  # noqa: F401
+
+
 def serve(settings: Settings, port: int, address: str) -> int:
     """Run the dashboard and its API until SIGTERM or SIGINT; the exit status."""
     import uvicorn
