@@ -84,3 +84,37 @@ def test_every_python_package_of_the_checkout_is_in_the_wheel():
                 continue
             found.add(".".join([name, *rel.parts]))
     assert found - listed == set()
+
+
+def test_declared_dependencies_are_the_imported_ones():
+    """Every third-party package the product imports is declared (in the dependencies, or in
+    the extra of the folder that imports it: torch for the tracer, ray for the Ray engine),
+    and nothing is declared that no product module imports."""
+    import ast
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(specs):
+        return {re.match(r"[A-Za-z0-9_.-]+", s).group(0).lower() for s in specs}
+
+    declared = names(project["dependencies"])
+    extras = {k: names(v) for k, v in project["optional-dependencies"].items()}
+    imported: dict[str, set[str]] = {}
+    for folder in ("contract", "tracer", "analyzer", "cli", "dashboard"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    tops = [a.name.split(".")[0] for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    tops = [node.module.split(".")[0]]
+                else:
+                    continue
+                for top in tops:
+                    if top not in sys.stdlib_module_names and top not in ("overlapscope", "__future__"):
+                        imported.setdefault(top.lower(), set()).add(folder)  # import names = distribution names here
+    undeclared = {name for name in imported if name not in declared and name not in extras["tracer"] | extras["ray"]}
+    assert undeclared == set(), f"imported, not declared: {undeclared}"
+    assert imported.get("torch", set()) <= {"tracer"}, "torch is the tracer's alone"
+    assert declared - set(imported) == set(), f"declared, never imported: {declared - set(imported)}"

@@ -101,11 +101,6 @@ def map_group(tasks: list[RankTask]) -> list[RankResult]:
                         tasks)
 
 
-def reduce_rank(data: RankData, task: RankTask) -> RankResult:
-    """The rank scripts on one decoded rank (``map_rank`` after the decode)."""
-    return reduce_ranks([data], [task])[0]
-
-
 def reduce_ranks(datas: list[RankData], tasks: list[RankTask]) -> list[RankResult]:
     """The rank scripts on decoded ranks of one run (same detail), in one store."""
     from overlapscope.analyzer import sql
@@ -189,8 +184,3 @@ def stored_results(run_dir) -> list[RankResult]:
         meta = {**facts["meta"], "device_names": list(facts["meta"].get("device_names") or [])}
         out.append(RankResult(meta, facts["counts"], tables, tuple(facts["scripts"])))
     return out
-
-
-def spill_dir_for(out_dir: str | None) -> str | None:
-    """A folder for DuckDB to spill to: inside the staging folder when there is one."""
-    return os.path.join(out_dir, ".spill") if out_dir else None

@@ -51,7 +51,7 @@ def _offsets(con, run_id: int, stored: bool) -> dict[int, int]:
     if stored:
         return dict(con.execute(sql.query("export.stored_offsets"), {"run_id": run_id}).fetchall())
     sql.ensure(con, "clocks", run_id=run_id)
-    return {r: o or 0 for r, o in con.execute("SELECT rank, clock_offset_ns FROM rank_clock").fetchall()}
+    return {r: o or 0 for r, o in con.execute(sql.query("export.computed_offsets")).fetchall()}
 
 
 def _decoded_rank(source, limits):

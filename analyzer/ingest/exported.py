@@ -22,6 +22,7 @@ import msgspec
 
 from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest import files
+from overlapscope.contract.names import MANIFEST_FILE
 
 MAGIC = b'{"overlapscope_export":'
 FORMAT_PREFIX = "overlapscope-perfetto/"
@@ -117,6 +118,6 @@ def split(path: str, max_bytes: int) -> str:
             out.write(b",".join(bytes(e) for e in events))
             out.write(b"]}")
     if header.manifest is not None:
-        with open(os.path.join(bundle, "manifest.json"), "wb") as out:
+        with open(os.path.join(bundle, MANIFEST_FILE), "wb") as out:
             out.write(msgspec.json.encode(header.manifest))
     return bundle

@@ -146,13 +146,12 @@ def timeline(con, run_id: int, step: int, ranks: list[int] | None = None,
         from overlapscope.analyzer.measure import collectives
 
         attribution = collectives.compute(con, info)
-    con.register("_tl_attr_in", _attribution_table(attribution, set(shown)))
+    con.register("timeline_attribution", _attribution_table(attribution, set(shown)))  # the script's input
     try:
-        con.execute("CREATE OR REPLACE TEMP TABLE timeline_attribution AS SELECT * FROM _tl_attr_in")
+        sql.ensure(con, "timeline", run_id=run_id, step=int(step), ranks=shown, max_marks=int(max_marks),
+                   aligned=bool(aligned))
     finally:
-        con.unregister("_tl_attr_in")
-    sql.ensure(con, "timeline", run_id=run_id, step=int(step), ranks=shown, max_marks=int(max_marks),
-               aligned=bool(aligned))
+        con.unregister("timeline_attribution")
     raw = sql.one(con, "timeline.raw_marks")[0]
     lanes = sql.rows(con, "timeline.lanes")
     labels = {(r["rank"], r["track_id"]): lane_label(r["rank"], r["track"], _is_nccl(r)) for r in lanes}

@@ -204,10 +204,12 @@ def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: 
     connection, called once the ranks are mapped) and ``path`` (the catalog's file).
     ``on_decoded(done, total)`` reports each mapped rank (from the calling thread).
     """
-    from overlapscope.analyzer.store.database import path_of
-
     name, tags = check_run_name(name), check_tags(tags)
-    catalog_path = path or (path_of(con) if con is not None else default_path())
+    if path is None and con is not None:
+        from overlapscope.analyzer.store.database import path_of  # imports DuckDB: only with a connection
+
+        path = path_of(con)
+    catalog_path = path or default_path()
     prepared = prepare(catalog_path, paths, workers, on_decoded, limits, engine, ray_address)
     try:
         return commit(con if con is not None else open_con(), prepared, name, tags)

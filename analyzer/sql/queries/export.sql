@@ -36,6 +36,10 @@ ORDER BY rank, step;
 -- name: stored_offsets
 SELECT rank, coalesce(clock_offset_ns, 0) FROM ranks WHERE run_id = $run_id;
 
+-- name: computed_offsets
+-- Each rank's clock offset as clocks.sql estimated it (a run read from its traces).
+SELECT rank, coalesce(clock_offset_ns, 0) FROM rank_clock;
+
 -- One rank's raw tables in the export's private store: decoded again (_ev, _tr: Arrow)
 -- or read from the run store's Parquet ($files).
 
