@@ -89,3 +89,42 @@ def test_one_rank_alone_skips_the_comparison_with_what_it_would_give(tmp_path):
     assert rank == row["rank"] and figures["peered"] == row["peered"] == 0
     assert figures["clock_offset_ms"] == row["clock_offset_ns"] / 1e6 == 0.0
     assert figures["last_arrivals"] == row["last_arrivals"] and figures["matched"] == row["matched"]
+
+
+FORK_PROBE = """
+import os, sys
+from overlapscope.analyzer.engine import local
+from overlapscope.cli import main
+
+pids = set()
+real_run = local.run
+
+def run(fn, items, workers=None, on_done=None, while_waiting=None):
+    out = real_run(_Probe(fn), items, workers, on_done, while_waiting)
+    pids.update(p for p, _ in out)
+    return [r for _, r in out]
+
+class _Probe:  # picklable under fork: the function and the pid of the process that ran it
+    def __init__(self, fn):
+        self.fn = fn
+    def __call__(self, item):
+        return os.getpid(), self.fn(item)
+
+local.run = run
+status = main(sys.argv[1:])
+print("PIDS", len(pids - {os.getpid()}), status)
+"""
+
+
+@pytest.mark.parametrize("command", ["analyze", "ingest"])
+def test_the_ranks_are_mapped_in_worker_processes(tmp_path, command):
+    """``analyze`` and ``ingest`` fork their workers before any catalog or store opens
+    (ingest once imported DuckDB first, and every rank ran in the parent, one at a time)."""
+    import subprocess
+    import sys
+
+    extra = ["--run", "probe", "--db", str(tmp_path / "c.duckdb")] if command == "ingest" else []
+    out = subprocess.run([sys.executable, "-c", FORK_PROBE, command, str(SAMPLES / "hsdp_2x2"), "--workers", "2",
+                          *extra], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "PIDS 2 0"
