@@ -14,6 +14,7 @@ import math
 import pytest
 
 from overlapscope.analyzer.api import buckets, diagnose
+from overlapscope.analyzer.checklist.setup import Setup, pick
 from overlapscope.analyzer.ingest.dtypes import itemsize
 from builders import NCCL_ALLREDUCE, GpuTrace, write_bundle
 from conftest import SAMPLES
@@ -280,6 +281,42 @@ def test_fixes_fit_fsdp1_and_fsdp2():
     for fixes in (one, two):
         assert all("NCCL_" not in fix for fix in fixes.values())
         assert "bucket_cap_mb" not in fixes["accumulation_comm"]
+
+
+def test_pick_prefers_the_runs_own_parallelism_whatever_the_order():
+    # the quoted defect: variants fsdp= then hsdp= gave an HSDP run "shard within the node (HSDP)"
+    hsdp = Setup("gloo", "hsdp", "fsdp2", "cpu")
+    assert pick(hsdp, fsdp="F", hsdp="H") == "H" == pick(hsdp, hsdp="H", fsdp="F")
+    assert pick(Setup("gloo", "fsdp", "fsdp2", "cpu"), fsdp="F", hsdp="H") == "F"
+    assert pick(hsdp, fsdp="F", default="D") == "F"  # the family still beats no key at all
+    # equally specific (the flavour and the parallelism): the order given decides
+    assert pick(hsdp, fsdp2="2", hsdp="H") == "2" and pick(hsdp, hsdp="H", fsdp2="2") == "H"
+
+
+def test_fixes_fit_an_hsdp_run():
+    # hsdp_2x2: FSDP2 on a 2 x 2 mesh (2 replicas x shard groups of 2), all four ranks on host "vm"
+    fixes = _fixes(SAMPLES / "hsdp_2x2")
+    assert "(HSDP)" not in fixes["tokens_below_fw"] and "shard group size G" in fixes["tokens_below_fw"]
+    tune = fixes["hsdp_candidate"]
+    assert tune.startswith("Already HSDP: tune the shard group size G (now 2 replicas x G = 2)")
+    assert "(nodes, gpus_per_node)" not in tune and "HYBRID_SHARD" not in tune  # HSDP is not advised to HSDP
+    f = {f["id"]: f for f in diagnose([str(SAMPLES / "hsdp_2x2")], workers=1)["findings"]}["hsdp_candidate"]
+    assert f["status"] == "pass" and f["evidence"] == ("already HSDP: 2 replicas x shard groups of 2, each shard "
+                                                       "group on one host (vm)")
+
+
+def test_an_hsdp_shard_group_across_hosts_is_flagged(tmp_path):
+    from test_diagnose_synthetic import fsdp, fsdp_manifest
+
+    # mesh [2, 2]: shard groups are ranks (0, 1) and (2, 3); hosts alternate, so both groups span two hosts
+    manifest = fsdp_manifest(hosts=("node0", "node1", "node0", "node1"), parallelism="hsdp",
+                             mesh={"shape": [2, 2], "dim_names": ["replicate", "shard"]})
+    f = findings(tmp_path, fsdp(prefetch=False, world=4), manifest, "spread")["hsdp_candidate"]
+    assert f["status"] in ("fail", "warn") and "2 of 2 shard groups span hosts" in f["evidence"]
+    assert f["fix"].startswith("Already HSDP")
+    manifest["hostnames"] = ["node0", "node0", "node1", "node1"]
+    f = findings(tmp_path, fsdp(prefetch=False, world=4), manifest, "packed")["hsdp_candidate"]
+    assert f["status"] == "pass" and "each shard group on one host (node0, node1)" in f["evidence"]
 
 
 def test_fixes_on_nccl_name_nccl(tmp_path):

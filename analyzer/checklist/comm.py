@@ -24,8 +24,9 @@ def _tokens_fix(ctx: CheckContext) -> str:
             "or get faster links.",
         fsdp="Or shard within the node (HSDP) so the gathers and reduce-scatters run on faster links; gather "
              "in bf16 (param_dtype=torch.bfloat16); or get faster links.",
-        hsdp="Or a smaller shard group (the GPUs of one NVLink domain) so fewer bytes cross slower links; "
-             "or get faster links.",
+        hsdp="Or tune the shard group size G: kept inside one NVLink domain (the GPUs of one node) the gathers "
+             "and reduce-scatters use the fast links, and the larger G, the smaller the gradient shard each rank "
+             "all-reduces across the replicas; reduce in bf16 to halve those bytes; or get faster links.",
         default="Or get faster links."), pick(ctx.setup, gloo=_GLOO, default=""))
 
 
