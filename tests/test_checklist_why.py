@@ -252,7 +252,9 @@ def test_bucket_size_without_sizes_is_not_a_pass(tmp_path):
 # --- fixes that fit the run ----------------------------------------------------------------
 
 
-FSDP_APIS = ("fully_shard", "FullyShardedDataParallel", "set_modules_to", "reshard_after_forward",
+# No FSDP advice on DDP: the APIs, and the word itself ("fewer and larger FSDP units" was host_bound's fix on
+# every DDP run, the DLRM reference trace included, and no API name caught it)
+FSDP_APIS = ("FSDP", "fully_shard", "FullyShardedDataParallel", "set_modules_to", "reshard_after_forward",
              "MixedPrecisionPolicy", "HYBRID_SHARD", "ZeRO-3", "set_requires_gradient_sync")
 
 
@@ -267,6 +269,18 @@ def test_fixes_fit_a_gloo_ddp_run():
         for api in FSDP_APIS:  # no FSDP advice on DDP
             assert api not in fix, (rule_id, api)
     assert "no_sync" in fixes["accumulation_comm"]
+    assert fixes["host_bound"].startswith("Nothing to change here: on a CPU-only run")
+
+
+def test_fixes_fit_a_gpu_ddp_run(reference_dir):
+    # the 8-rank DLRM trace (rank 3): DDP on NCCL, GPUs, host-bound (warn): launch advice for DDP
+    fixes = _fixes(reference_dir / "gpu_ddp_a100_rank3_of8" / "control.json.gz")
+    for rule_id, fix in fixes.items():
+        for api in FSDP_APIS:
+            assert api not in fix, (rule_id, api)
+    host = fixes["host_bound"]
+    assert "find_unused_parameters=False" in host and "CUDA graphs" in host and "num_workers" in host
+    assert "TORCH_NCCL_HIGH_PRIORITY" in fixes["exposed_backward_comm"]  # NCCL named on NCCL
 
 
 def test_fixes_fit_fsdp1_and_fsdp2():
@@ -317,6 +331,22 @@ def test_an_hsdp_shard_group_across_hosts_is_flagged(tmp_path):
     manifest["hostnames"] = ["node0", "node0", "node1", "node1"]
     f = findings(tmp_path, fsdp(prefetch=False, world=4), manifest, "packed")["hsdp_candidate"]
     assert f["status"] == "pass" and "each shard group on one host (node0, node1)" in f["evidence"]
+
+
+def test_fix_variants_follow_the_device(tmp_path):
+    from test_diagnose_synthetic import fsdp, fsdp_manifest
+
+    # the same FSDP2 advice on a GPU trace (hand-built, forward gathers not prefetched) and on the CPU sample
+    # hsdp_2x2 (gloo): device-to-host syncs and launches on the GPU, gloo's threads and cores on the CPU
+    gpu = {k: f["fix"] for k, f in findings(tmp_path, fsdp(prefetch=False), fsdp_manifest()).items()}
+    cpu = _fixes(SAMPLES / "hsdp_2x2")
+    assert ".item()" in gpu["exposed_forward_allgather"] and "gloo" not in gpu["exposed_forward_allgather"]
+    assert "gloo's threads" in cpu["exposed_forward_allgather"] and ".item()" not in cpu["exposed_forward_allgather"]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" in gpu["exposed_backward_comm"]
+    assert "gloo runs collectives on its own CPU threads" in cpu["exposed_backward_comm"]
+    assert "CUDA" not in cpu["exposed_backward_comm"]
+    assert "one fully_shard call" in gpu["host_bound"] and "find_unused_parameters" not in gpu["host_bound"]
+    assert cpu["host_bound"].startswith("Nothing to change here: on a CPU-only run")
 
 
 def test_fixes_on_nccl_name_nccl(tmp_path):
