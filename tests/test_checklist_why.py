@@ -149,6 +149,48 @@ def test_fsdp_tokens_to_hide_use_the_weights_dtype_and_each_kinds_w(tmp_path):
     assert m["verdict"] == "exposed"  # 22,500 / 20,000 = 1.125
 
 
+def _hsdp_manifest(**extra) -> dict:
+    """HSDP on a 2 x 2 mesh (R = 2 replicas x shard groups of G = 2), fp32, F and W from the calibration: all-gather
+    5e7 B/s and reduce-scatter 4e7 B/s in the shard group, all-reduce 2e7 B/s across the replicas, and a decoy
+    all-reduce of 9e9 B/s in the shard group that the replica all-reduce must not take."""
+    def cal(kind, group, busbw):
+        return {"kind": kind, "group": group, "group_size": 2, "bytes": 1 << 22, "seconds": 1e-3,
+                "busbw_bytes_per_s": busbw}
+    return {"world_size": 4, "parallelism": "hsdp", "mesh": {"shape": [2, 2], "dim_names": ["replicate", "shard"]},
+            "param_dtype": "float32", "reduce_dtype": "float32", "tokens_per_microbatch": 30000,
+            "calibration": {"flops_per_s": 1e12, "collectives": [
+                cal("all_gather", "shard", 5e7), cal("reduce_scatter", "shard", 4e7),
+                cal("all_reduce", "shard", 9e9), cal("all_reduce", "replicate", 2e7)]}, **extra}
+
+
+def _hsdp_model(tmp_path, manifest: dict) -> dict:
+    t = GpuTrace(rank=0, world_size=4).step(1, 0, 1000).kernel(0, 500)  # W from the calibration: no collectives
+    return buckets([write_bundle(tmp_path / "hsdp", [t], manifest)], workers=1)["model"][0]
+
+
+def test_the_hsdp_verdict_counts_the_replica_all_reduce(tmp_path):
+    # docs/model.md, HSDP: per micro-batch, with base = F/W_ag (G-1)/G = 1e12 / 5e7 x 1/2 = 10,000, the
+    # reduce-scatter's 1e12 / 4e7 x 1/2 = 12,500 and the replica all-reduce's F/W_ar (R-1)/R = 1e12 / 2e7 x 1/2
+    # = 25,000, fp32 weights and gradients (wb = gb = 4):
+    #   forward  wb / 2 x 10,000 = 20,000
+    #   backward (wb x 10,000 + gb x 12,500) / 4 + gb / (2 G) x 25,000 = 22,500 + 25,000 = 47,500
+    # T = 30,000: ratio 47,500 / 30,000 = 1.583, exposed (zero3's 22,500 alone gave 0.75, hidden)
+    m = _hsdp_model(tmp_path, _hsdp_manifest())
+    assert (m["stage"], m["gpus"], m["replicas"]) == ("zero3", 2, 2)
+    assert m["replicate_bus_bandwidth_bytes_per_s"] == pytest.approx(2e7)  # the replicate group's, not 9e9
+    assert m["tokens_to_hide"] == pytest.approx(47500, abs=0.1)
+    assert m["comm_to_compute_ratio"] == pytest.approx(47500 / 30000, abs=1e-4)
+    assert m["verdict"] == "exposed"
+
+
+def test_an_hsdp_run_without_its_mesh_gets_no_verdict(tmp_path):
+    manifest = _hsdp_manifest()
+    del manifest["mesh"]
+    m = _hsdp_model(tmp_path, manifest)
+    assert m["verdict"] is None and m["tokens_to_hide"] is None and m["gpus"] is None
+    assert "the HSDP mesh" in m["reason"] and "replica group" in m["reason"]
+
+
 def _ddp_with_slow_gathers() -> GpuTrace:
     """DDP buckets (4 MiB float32 all-reduces in 30, 50, 20 us) and, outside them, two 16 MiB
     all-gathers that take 1 ms each: a slower kind that must not set the all-reduces' W."""

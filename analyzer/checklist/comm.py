@@ -40,17 +40,22 @@ def tokens_below_fw(ctx: CheckContext) -> Result:
     m = models[0]
     per = "per micro-batch (ZeRO-3 gathers repeat in every micro-batch)" if m["stage"] == "zero3" else "per step"
     w = f"W = {m['bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s"
+    gpus, what = f"{m['gpus']} GPUs", f"the {m['stage']} communication"
     if m["stage"] == "zero3":
         w = f"W = {m['bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s (all-gather)"
         if m.get("reduce_bus_bandwidth_bytes_per_s"):
             w += f", {m['reduce_bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s (reduce-scatter)"
+        if m.get("replicas"):  # HSDP: the replica all-reduce is part of the backward's comm
+            w += f", {m['replicate_bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s (replica all-reduce)"
+            gpus = f"shard groups of {m['gpus']} GPUs x {m['replicas']} replicas"
+            what = "the HSDP communication (zero3 in the shard group, the gradient shard's all-reduce across replicas)"
         w += f" ({ctx.sources['bandwidth_source']}), {m['weight_bytes']:.0f}-byte weights"
     else:
         kind = ctx.sources.get("bandwidth_kind")
         w += f" ({(kind.replace('_', '-') + ', ') if kind else ''}{ctx.sources['bandwidth_source']})"
     evidence = (f"T = {m['tokens']:.0f} tokens {per}; F = {m['flops_per_s'] / 1e12:.3g} TFLOP/s "
-                f"({ctx.sources['flops_source']}), {w}, {m['gpus']} GPUs, {m['grad_bytes']:.0f}-byte gradients "
-                f"-> {m['tokens_to_hide']:.0f} tokens hide the {m['stage']} communication "
+                f"({ctx.sources['flops_source']}), {w}, {gpus}, {m['grad_bytes']:.0f}-byte gradients "
+                f"-> {m['tokens_to_hide']:.0f} tokens hide {what} "
                 f"(comm/compute {m['comm_to_compute_ratio']:.2f})")
     return Result(_VERDICT_STATUS[m["verdict"]], evidence, fix=_tokens_fix(ctx),
                   details={"tokens": m["tokens"], "tokens_to_hide": m["tokens_to_hide"]})
