@@ -183,6 +183,13 @@ def test_the_hsdp_verdict_counts_the_replica_all_reduce(tmp_path):
     assert m["verdict"] == "exposed"
 
 
+def test_hsdp_model_states_are_sharded_over_the_shard_group():
+    # hsdp_2x2's manifest: 1,071,872 parameters, world 4, shard groups of 2: (4 + 12) x 1,071,872 / 2 bytes
+    # (ZeRO-3 over all 4 ranks, the old figure, was half of it)
+    memory = buckets([str(SAMPLES / "hsdp_2x2")], workers=1)["memory"]
+    assert {m["model_state_bytes"] for m in memory} == {16 * 1_071_872 / 2}
+
+
 def test_an_hsdp_run_without_its_mesh_gets_no_verdict(tmp_path):
     manifest = _hsdp_manifest()
     del manifest["mesh"]

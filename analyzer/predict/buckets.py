@@ -250,7 +250,10 @@ def _memory(con, info: RunInfo, stage: str | None) -> list[dict]:
     """Measured peak allocated memory per rank beside the model states of the run's stage."""
     params = info.manifest.params
     model_bytes = None
-    if params and stage in ("ddp", "zero1", "zero2", "zero3"):
+    shape = info.manifest.hsdp_shape
+    if params and stage == "zero3" and shape:  # HSDP shards over its shard group only: (4 + K) Psi / G
+        model_bytes = model_state_bytes("hsdp", params, info.world_size, group=shape[1])
+    elif params and stage in ("ddp", "zero1", "zero2", "zero3"):
         model_bytes = model_state_bytes(stage, params, info.world_size)
     sql.ensure(con, "rank_facts", run_id=info.run_id)
     return [{**peak, "model_state_bytes": model_bytes, "stage": stage}
