@@ -233,6 +233,19 @@ def test_low_bus_bandwidth_compares_each_kind_with_its_own_calibration(tmp_path)
     assert f["status"] == "fail" and f["details"]["kind"] == "all_reduce"
     assert f["details"]["ratio"] == pytest.approx(w_ar / 400e9)
     assert "all_reduce: 140 GB/s, 35% of the 400 GB/s" in f["evidence"]
+    assert "against the calibration of the same kind:" in f["evidence"]
+
+
+def test_low_bus_bandwidth_says_when_the_calibration_has_one_w_for_every_kind(tmp_path):
+    # an older calibration: one W (149 GB/s), no per-kind figures. All-reduces 4 MiB / 30 us = 139.8 GB/s (94%),
+    # all-gathers 32 MiB / 1 ms x 1/2 = 16.78 GB/s (11%): the gathers fail, and the evidence must not claim a
+    # calibration of their own kind
+    manifest = {"parallelism": "ddp", "calibration": {"bus_bandwidth_bytes_per_s": 149e9}}
+    f = findings(tmp_path, _ddp_with_slow_gathers(), manifest)["low_bus_bandwidth"]
+    assert f["status"] == "fail" and f["details"]["kind"] == "all_gather"
+    assert f["details"]["ratio"] == pytest.approx(8 * MiB4 * 4 / 1e-3 / 2 / 149e9)
+    assert "against the calibration's one W over every kind (it has no per-kind figures)" in f["evidence"]
+    assert "same kind" not in f["evidence"] and "all_reduce: 140 GB/s, 94% of the 149 GB/s" in f["evidence"]
 
 
 # --- a comm-bound forward ------------------------------------------------------------------

@@ -179,9 +179,11 @@ def low_bus_bandwidth(ctx: CheckContext) -> Result:
                   "launch ranges' Input Dims)", fix)
     overall = ctx.sources["bus_bandwidth_bytes_per_s_calibration"]
     pairs = {k: (w, by_kind[k]["calibration_bytes_per_s"]) for k, w in measured.items()}
+    against = "the calibration of the same kind" + (" and group" if ctx.setup.parallelism == "hsdp" else "")
     if not any(c for _, c in pairs.values()) and overall:
         # an older calibration without per-kind figures: its one W for every kind, said so
         pairs = {k: (w, overall) for k, w in measured.items()}
+        against = "the calibration's one W over every kind (it has no per-kind figures)"
     compared = {k: (w, c, w / c) for k, (w, c) in pairs.items() if c}
     if not compared:
         listed = ", ".join(f"{k} {w / 1e9:.3g} GB/s" for k, w in sorted(measured.items()))
@@ -192,8 +194,8 @@ def low_bus_bandwidth(ctx: CheckContext) -> Result:
     parts = "; ".join(f"{k}: {w / 1e9:.3g} GB/s, {100 * r:.0f}% of the {c / 1e9:.3g} GB/s calibrated"
                       for k, (w, c, r) in sorted(compared.items()))
     uncompared = sorted(set(measured) - set(compared))
-    evidence = (f"large collectives' bus bandwidth per kind against the calibration of the same kind on this "
-                f"process group: {parts}" + (f" (no calibration for {', '.join(uncompared)})" if uncompared else ""))
+    evidence = (f"large collectives' bus bandwidth per kind against {against}: {parts}"
+                + (f" (no calibration for {', '.join(uncompared)})" if uncompared else ""))
     return Result(grade(ratio, "busbw_fail", "busbw_warn", lower_is_worse=True), evidence, fix=fix,
                   details={"ratio": ratio, "kind": worst})
 
