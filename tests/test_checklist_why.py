@@ -17,6 +17,7 @@ from overlapscope.analyzer.api import buckets, diagnose
 from overlapscope.analyzer.checklist.setup import Setup, pick
 from overlapscope.analyzer.ingest.dtypes import itemsize
 from builders import NCCL_ALLREDUCE, GpuTrace, write_bundle
+from intervals_ref import exposed_by_kernel, launches, read
 from conftest import SAMPLES
 from test_diagnose_synthetic import ddp, findings
 
@@ -278,10 +279,26 @@ def test_a_comm_bound_forward_fails(tmp_path):
 
 
 def test_other_comm_names_the_all_to_alls_of_the_dlrm_trace(reference_dir):
+    """The 8-rank DLRM trace (rank 3): the all-to-alls' exposed time per step, computed here in plain Python
+    from the JSON (tests/intervals_ref.py: each collective kernel's interval minus the compute union, shared
+    out where collectives run together; a kernel is an all-to-all when its launch sits in nccl:all_to_all,
+    and belongs to the ProfilerStep that holds its launch), equals the finding's."""
     path = reference_dir / "gpu_ddp_a100_rank3_of8" / "control.json.gz"
+    trace = read(path)
+    exposed_us, launched = exposed_by_kernel(trace), launches(trace)
+    mine = [c for c in exposed_us if launched.get(c, (None, None))[1] == "nccl:all_to_all"
+            and launched[c][0] is not None]
+    steps = [e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    per_step_ms = float(sum(exposed_us[c] for c in mine)) / 1000 / len(steps)
+    mean_step_ms = float(sum(e["dur"] for e in steps)) / 1000 / len(steps)
+    assert (len(mine), len(steps)) == (42, 6) and per_step_ms / mean_step_ms >= 0.10  # fail, by the reference
+
     f = next(f for f in diagnose([str(path)], workers=1)["findings"] if f["id"] == "other_comm")
-    assert f["status"] in ("fail", "warn") and f["evidence"].split(": ")[1] == "all_to_all"
-    assert f["details"]["kinds"][0]["collective"] == "all_to_all"
+    kind = f["details"]["kinds"][0]
+    assert f["status"] == "fail" and f["evidence"].split(": ")[1] == "all_to_all"
+    assert kind["collective"] == "all_to_all" and kind["per_step"] == 7
+    assert kind["exposed_ms"] == pytest.approx(per_step_ms, abs=1e-6)
+    assert len(f["details"]["kinds"]) == 1 and f["impact_ms"] == pytest.approx(per_step_ms, abs=1e-6)
     assert "embedding" in f["fix"]
 
 
