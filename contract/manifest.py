@@ -80,9 +80,13 @@ class Calibration(msgspec.Struct, kw_only=True):
     matmul: dict | None = None
     collectives: list[CalibratedCollective] = []
 
-    def bus_bandwidth_of(self, kind: str) -> float | None:
-        """W of one collective kind: the median bus bandwidth of its largest calibrated message."""
+    def bus_bandwidth_of(self, kind: str, group: str | None = None) -> float | None:
+        """W of one collective kind: the median bus bandwidth of its largest calibrated message;
+        with ``group`` (HSDP's shard or replicate), of that group's calibration where it has one
+        (an HSDP run calibrates all-reduces in both groups, on different links)."""
         mine = [c for c in self.collectives if c.kind == kind and c.busbw_bytes_per_s]
+        if group and any(c.group == group for c in mine):
+            mine = [c for c in mine if c.group == group]
         if not mine:
             return None
         largest = max(c.bytes for c in mine)

@@ -95,15 +95,22 @@ def hide_threshold(model_rows: list[dict]) -> dict:
     missing = [name for name, value in (("F (achieved FLOP/s)", f), ("W (bus bandwidth)", w),
                                         ("a DDP or FSDP stage", stage)) if not value]
     if t_hide is None and not missing and gpus and gpus > 1:
+        replicas = m.get("replicas")  # HSDP: zero3 in the shard group plus the replica all-reduce
         try:
-            t_hide = hide.stage_tokens_to_hide(stage, f, w, gpus, grad_bytes=m.get("grad_bytes") or 2.0,
+            t_hide = hide.stage_tokens_to_hide("hsdp" if replicas else stage, f, w, gpus,
+                                               grad_bytes=m.get("grad_bytes") or 2.0,
                                                weight_bytes=m.get("weight_bytes") or 2.0,
-                                               reduce_bandwidth_bytes_per_s=m.get("reduce_bus_bandwidth_bytes_per_s"))
-        except ValueError as err:  # hsdp: two links, no single threshold
+                                               reduce_bandwidth_bytes_per_s=m.get("reduce_bus_bandwidth_bytes_per_s"),
+                                               replicas=replicas, replicate_bandwidth_bytes_per_s=m.get(
+                                                   "replicate_bus_bandwidth_bytes_per_s"))
+        except ValueError as err:
             missing.append(str(err))
     if gpus is not None and gpus <= 1:
         missing.append("more than one data-parallel rank")
+    if t_hide is None and not missing:  # what the analysis itself found missing (an HSDP run without its mesh)
+        missing.append((m.get("reason") or "the model's inputs").removeprefix("cannot judge: missing "))
     return {"tokens_to_hide": t_hide, "tokens": m.get("tokens"), "stage": stage, "gpus": gpus,
+            "replicas": m.get("replicas"),
             "flops_per_s": f, "bus_bandwidth_bytes_per_s": w, "grad_bytes": m.get("grad_bytes"),
             "verdict": m.get("verdict"), "missing": missing if t_hide is None else []}
 

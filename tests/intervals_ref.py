@@ -71,3 +71,43 @@ def gloo_overlap(trace: dict) -> dict:
     return {"comm_ms": float(comm_us / 1000), "exposed_comm_ms": float((comm_us - hidden) / 1000),
             "compute_ms": float(length(comp) / 1000),
             "overlap_pct": float(100 * hidden / comm_us) if comm_us else None}
+
+
+def exposed_by_kernel(trace: dict) -> dict:
+    """GPU, per collective kernel (by correlation id): its interval minus the compute union, where
+    a stretch with c collectives running and no compute is shared out equally (d / c each), as
+    docs/definitions.md defines it (us)."""
+    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    comm = [(e["ts"], e["ts"] + e["dur"], e["args"]["correlation"]) for e in kernels if "nccl" in e["name"].lower()]
+    comp = union((e["ts"], e["ts"] + e["dur"]) for e in kernels if "nccl" not in e["name"].lower())
+    cuts = sorted({t for s, e, _ in comm for t in (s, e)} | {t for s, e in comp for t in (s, e)})
+    out = {c: Decimal(0) for _, _, c in comm}
+    i = 0  # the first compute interval that ends after the segment's start (both lists are sorted)
+    for a, b in zip(cuts, cuts[1:]):
+        while i < len(comp) and comp[i][1] <= a:
+            i += 1
+        if i < len(comp) and comp[i][0] <= a:  # segments never straddle an edge of the union
+            continue
+        running = [c for s, e, c in comm if s <= a and b <= e]
+        for c in running:
+            out[c] += (b - a) / len(running)
+    return out
+
+
+def launches(trace: dict) -> dict:
+    """Correlation id -> (step, name of the innermost user range around the launch on its thread): the
+    step is the ProfilerStep#N whose range holds the CPU launch (None outside every step)."""
+    xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in xs
+             if e["name"].startswith("ProfilerStep#")]
+    ranges = [e for e in xs if e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep#")]
+    out = {}
+    for e in xs:
+        if e.get("cat") != "cuda_runtime" or "correlation" not in e.get("args", {}):
+            continue
+        ts = e["ts"]
+        step = next((n for s, end, n in steps if s <= ts < end), None)
+        around = [r for r in ranges if r["tid"] == e["tid"] and r["ts"] <= ts <= r["ts"] + r["dur"]]
+        inner = min(around, key=lambda r: r["dur"])["name"] if around else None
+        out[e["args"]["correlation"]] = (step, inner)
+    return out

@@ -14,8 +14,10 @@ import math
 import pytest
 
 from overlapscope.analyzer.api import buckets, diagnose
+from overlapscope.analyzer.checklist.setup import Setup, pick
 from overlapscope.analyzer.ingest.dtypes import itemsize
 from builders import NCCL_ALLREDUCE, GpuTrace, write_bundle
+from intervals_ref import exposed_by_kernel, launches, read
 from conftest import SAMPLES
 from test_diagnose_synthetic import ddp, findings
 
@@ -148,6 +150,55 @@ def test_fsdp_tokens_to_hide_use_the_weights_dtype_and_each_kinds_w(tmp_path):
     assert m["verdict"] == "exposed"  # 22,500 / 20,000 = 1.125
 
 
+def _hsdp_manifest(**extra) -> dict:
+    """HSDP on a 2 x 2 mesh (R = 2 replicas x shard groups of G = 2), fp32, F and W from the calibration: all-gather
+    5e7 B/s and reduce-scatter 4e7 B/s in the shard group, all-reduce 2e7 B/s across the replicas, and a decoy
+    all-reduce of 9e9 B/s in the shard group that the replica all-reduce must not take."""
+    def cal(kind, group, busbw):
+        return {"kind": kind, "group": group, "group_size": 2, "bytes": 1 << 22, "seconds": 1e-3,
+                "busbw_bytes_per_s": busbw}
+    return {"world_size": 4, "parallelism": "hsdp", "mesh": {"shape": [2, 2], "dim_names": ["replicate", "shard"]},
+            "param_dtype": "float32", "reduce_dtype": "float32", "tokens_per_microbatch": 30000,
+            "calibration": {"flops_per_s": 1e12, "collectives": [
+                cal("all_gather", "shard", 5e7), cal("reduce_scatter", "shard", 4e7),
+                cal("all_reduce", "shard", 9e9), cal("all_reduce", "replicate", 2e7)]}, **extra}
+
+
+def _hsdp_model(tmp_path, manifest: dict) -> dict:
+    t = GpuTrace(rank=0, world_size=4).step(1, 0, 1000).kernel(0, 500)  # W from the calibration: no collectives
+    return buckets([write_bundle(tmp_path / "hsdp", [t], manifest)], workers=1)["model"][0]
+
+
+def test_the_hsdp_verdict_counts_the_replica_all_reduce(tmp_path):
+    # docs/model.md, HSDP: per micro-batch, with base = F/W_ag (G-1)/G = 1e12 / 5e7 x 1/2 = 10,000, the
+    # reduce-scatter's 1e12 / 4e7 x 1/2 = 12,500 and the replica all-reduce's F/W_ar (R-1)/R = 1e12 / 2e7 x 1/2
+    # = 25,000, fp32 weights and gradients (wb = gb = 4):
+    #   forward  wb / 2 x 10,000 = 20,000
+    #   backward (wb x 10,000 + gb x 12,500) / 4 + gb / (2 G) x 25,000 = 22,500 + 25,000 = 47,500
+    # T = 30,000: ratio 47,500 / 30,000 = 1.583, exposed (zero3's 22,500 alone gave 0.75, hidden)
+    m = _hsdp_model(tmp_path, _hsdp_manifest())
+    assert (m["stage"], m["gpus"], m["replicas"]) == ("zero3", 2, 2)
+    assert m["replicate_bus_bandwidth_bytes_per_s"] == pytest.approx(2e7)  # the replicate group's, not 9e9
+    assert m["tokens_to_hide"] == pytest.approx(47500, abs=0.1)
+    assert m["comm_to_compute_ratio"] == pytest.approx(47500 / 30000, abs=1e-4)
+    assert m["verdict"] == "exposed"
+
+
+def test_hsdp_model_states_are_sharded_over_the_shard_group():
+    # hsdp_2x2's manifest: 1,071,872 parameters, world 4, shard groups of 2: (4 + 12) x 1,071,872 / 2 bytes
+    # (ZeRO-3 over all 4 ranks, the old figure, was half of it)
+    memory = buckets([str(SAMPLES / "hsdp_2x2")], workers=1)["memory"]
+    assert {m["model_state_bytes"] for m in memory} == {16 * 1_071_872 / 2}
+
+
+def test_an_hsdp_run_without_its_mesh_gets_no_verdict(tmp_path):
+    manifest = _hsdp_manifest()
+    del manifest["mesh"]
+    m = _hsdp_model(tmp_path, manifest)
+    assert m["verdict"] is None and m["tokens_to_hide"] is None and m["gpus"] is None
+    assert "the HSDP mesh" in m["reason"] and "replica group" in m["reason"]
+
+
 def _ddp_with_slow_gathers() -> GpuTrace:
     """DDP buckets (4 MiB float32 all-reduces in 30, 50, 20 us) and, outside them, two 16 MiB
     all-gathers that take 1 ms each: a slower kind that must not set the all-reduces' W."""
@@ -183,6 +234,19 @@ def test_low_bus_bandwidth_compares_each_kind_with_its_own_calibration(tmp_path)
     assert f["status"] == "fail" and f["details"]["kind"] == "all_reduce"
     assert f["details"]["ratio"] == pytest.approx(w_ar / 400e9)
     assert "all_reduce: 140 GB/s, 35% of the 400 GB/s" in f["evidence"]
+    assert "against the calibration of the same kind:" in f["evidence"]
+
+
+def test_low_bus_bandwidth_says_when_the_calibration_has_one_w_for_every_kind(tmp_path):
+    # an older calibration: one W (149 GB/s), no per-kind figures. All-reduces 4 MiB / 30 us = 139.8 GB/s (94%),
+    # all-gathers 32 MiB / 1 ms x 1/2 = 16.78 GB/s (11%): the gathers fail, and the evidence must not claim a
+    # calibration of their own kind
+    manifest = {"parallelism": "ddp", "calibration": {"bus_bandwidth_bytes_per_s": 149e9}}
+    f = findings(tmp_path, _ddp_with_slow_gathers(), manifest)["low_bus_bandwidth"]
+    assert f["status"] == "fail" and f["details"]["kind"] == "all_gather"
+    assert f["details"]["ratio"] == pytest.approx(8 * MiB4 * 4 / 1e-3 / 2 / 149e9)
+    assert "against the calibration's one W over every kind (it has no per-kind figures)" in f["evidence"]
+    assert "same kind" not in f["evidence"] and "all_reduce: 140 GB/s, 94% of the 149 GB/s" in f["evidence"]
 
 
 # --- a comm-bound forward ------------------------------------------------------------------
@@ -215,10 +279,26 @@ def test_a_comm_bound_forward_fails(tmp_path):
 
 
 def test_other_comm_names_the_all_to_alls_of_the_dlrm_trace(reference_dir):
+    """The 8-rank DLRM trace (rank 3): the all-to-alls' exposed time per step, computed here in plain Python
+    from the JSON (tests/intervals_ref.py: each collective kernel's interval minus the compute union, shared
+    out where collectives run together; a kernel is an all-to-all when its launch sits in nccl:all_to_all,
+    and belongs to the ProfilerStep that holds its launch), equals the finding's."""
     path = reference_dir / "gpu_ddp_a100_rank3_of8" / "control.json.gz"
+    trace = read(path)
+    exposed_us, launched = exposed_by_kernel(trace), launches(trace)
+    mine = [c for c in exposed_us if launched.get(c, (None, None))[1] == "nccl:all_to_all"
+            and launched[c][0] is not None]
+    steps = [e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    per_step_ms = float(sum(exposed_us[c] for c in mine)) / 1000 / len(steps)
+    mean_step_ms = float(sum(e["dur"] for e in steps)) / 1000 / len(steps)
+    assert (len(mine), len(steps)) == (42, 6) and per_step_ms / mean_step_ms >= 0.10  # fail, by the reference
+
     f = next(f for f in diagnose([str(path)], workers=1)["findings"] if f["id"] == "other_comm")
-    assert f["status"] in ("fail", "warn") and f["evidence"].split(": ")[1] == "all_to_all"
-    assert f["details"]["kinds"][0]["collective"] == "all_to_all"
+    kind = f["details"]["kinds"][0]
+    assert f["status"] == "fail" and f["evidence"].split(": ")[1] == "all_to_all"
+    assert kind["collective"] == "all_to_all" and kind["per_step"] == 7
+    assert kind["exposed_ms"] == pytest.approx(per_step_ms, abs=1e-6)
+    assert len(f["details"]["kinds"]) == 1 and f["impact_ms"] == pytest.approx(per_step_ms, abs=1e-6)
     assert "embedding" in f["fix"]
 
 
@@ -251,7 +331,9 @@ def test_bucket_size_without_sizes_is_not_a_pass(tmp_path):
 # --- fixes that fit the run ----------------------------------------------------------------
 
 
-FSDP_APIS = ("fully_shard", "FullyShardedDataParallel", "set_modules_to", "reshard_after_forward",
+# No FSDP advice on DDP: the APIs, and the word itself ("fewer and larger FSDP units" was host_bound's fix on
+# every DDP run, the DLRM reference trace included, and no API name caught it)
+FSDP_APIS = ("FSDP", "fully_shard", "FullyShardedDataParallel", "set_modules_to", "reshard_after_forward",
              "MixedPrecisionPolicy", "HYBRID_SHARD", "ZeRO-3", "set_requires_gradient_sync")
 
 
@@ -266,6 +348,18 @@ def test_fixes_fit_a_gloo_ddp_run():
         for api in FSDP_APIS:  # no FSDP advice on DDP
             assert api not in fix, (rule_id, api)
     assert "no_sync" in fixes["accumulation_comm"]
+    assert fixes["host_bound"].startswith("Nothing to change here: on a CPU-only run")
+
+
+def test_fixes_fit_a_gpu_ddp_run(reference_dir):
+    # the 8-rank DLRM trace (rank 3): DDP on NCCL, GPUs, host-bound (warn): launch advice for DDP
+    fixes = _fixes(reference_dir / "gpu_ddp_a100_rank3_of8" / "control.json.gz")
+    for rule_id, fix in fixes.items():
+        for api in FSDP_APIS:
+            assert api not in fix, (rule_id, api)
+    host = fixes["host_bound"]
+    assert "find_unused_parameters=False" in host and "CUDA graphs" in host and "num_workers" in host
+    assert "TORCH_NCCL_HIGH_PRIORITY" in fixes["exposed_backward_comm"]  # NCCL named on NCCL
 
 
 def test_fixes_fit_fsdp1_and_fsdp2():
@@ -280,6 +374,58 @@ def test_fixes_fit_fsdp1_and_fsdp2():
     for fixes in (one, two):
         assert all("NCCL_" not in fix for fix in fixes.values())
         assert "bucket_cap_mb" not in fixes["accumulation_comm"]
+
+
+def test_pick_prefers_the_runs_own_parallelism_whatever_the_order():
+    # the quoted defect: variants fsdp= then hsdp= gave an HSDP run "shard within the node (HSDP)"
+    hsdp = Setup("gloo", "hsdp", "fsdp2", "cpu")
+    assert pick(hsdp, fsdp="F", hsdp="H") == "H" == pick(hsdp, hsdp="H", fsdp="F")
+    assert pick(Setup("gloo", "fsdp", "fsdp2", "cpu"), fsdp="F", hsdp="H") == "F"
+    assert pick(hsdp, fsdp="F", default="D") == "F"  # the family still beats no key at all
+    # equally specific (the flavour and the parallelism): the order given decides
+    assert pick(hsdp, fsdp2="2", hsdp="H") == "2" and pick(hsdp, hsdp="H", fsdp2="2") == "H"
+
+
+def test_fixes_fit_an_hsdp_run():
+    # hsdp_2x2: FSDP2 on a 2 x 2 mesh (2 replicas x shard groups of 2), all four ranks on host "vm"
+    fixes = _fixes(SAMPLES / "hsdp_2x2")
+    assert "(HSDP)" not in fixes["tokens_below_fw"] and "shard group size G" in fixes["tokens_below_fw"]
+    tune = fixes["hsdp_candidate"]
+    assert tune.startswith("Already HSDP: tune the shard group size G (now 2 replicas x G = 2)")
+    assert "(nodes, gpus_per_node)" not in tune and "HYBRID_SHARD" not in tune  # HSDP is not advised to HSDP
+    f = {f["id"]: f for f in diagnose([str(SAMPLES / "hsdp_2x2")], workers=1)["findings"]}["hsdp_candidate"]
+    assert f["status"] == "pass" and f["evidence"] == ("already HSDP: 2 replicas x shard groups of 2, each shard "
+                                                       "group on one host (vm)")
+
+
+def test_an_hsdp_shard_group_across_hosts_is_flagged(tmp_path):
+    from test_diagnose_synthetic import fsdp, fsdp_manifest
+
+    # mesh [2, 2]: shard groups are ranks (0, 1) and (2, 3); hosts alternate, so both groups span two hosts
+    manifest = fsdp_manifest(hosts=("node0", "node1", "node0", "node1"), parallelism="hsdp",
+                             mesh={"shape": [2, 2], "dim_names": ["replicate", "shard"]})
+    f = findings(tmp_path, fsdp(prefetch=False, world=4), manifest, "spread")["hsdp_candidate"]
+    assert f["status"] in ("fail", "warn") and "2 of 2 shard groups span hosts" in f["evidence"]
+    assert f["fix"].startswith("Already HSDP")
+    manifest["hostnames"] = ["node0", "node0", "node1", "node1"]
+    f = findings(tmp_path, fsdp(prefetch=False, world=4), manifest, "packed")["hsdp_candidate"]
+    assert f["status"] == "pass" and "each shard group on one host (node0, node1)" in f["evidence"]
+
+
+def test_fix_variants_follow_the_device(tmp_path):
+    from test_diagnose_synthetic import fsdp, fsdp_manifest
+
+    # the same FSDP2 advice on a GPU trace (hand-built, forward gathers not prefetched) and on the CPU sample
+    # hsdp_2x2 (gloo): device-to-host syncs and launches on the GPU, gloo's threads and cores on the CPU
+    gpu = {k: f["fix"] for k, f in findings(tmp_path, fsdp(prefetch=False), fsdp_manifest()).items()}
+    cpu = _fixes(SAMPLES / "hsdp_2x2")
+    assert ".item()" in gpu["exposed_forward_allgather"] and "gloo" not in gpu["exposed_forward_allgather"]
+    assert "gloo's threads" in cpu["exposed_forward_allgather"] and ".item()" not in cpu["exposed_forward_allgather"]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" in gpu["exposed_backward_comm"]
+    assert "gloo runs collectives on its own CPU threads" in cpu["exposed_backward_comm"]
+    assert "CUDA" not in cpu["exposed_backward_comm"]
+    assert "one fully_shard call" in gpu["host_bound"] and "find_unused_parameters" not in gpu["host_bound"]
+    assert cpu["host_bound"].startswith("Nothing to change here: on a CPU-only run")
 
 
 def test_fixes_on_nccl_name_nccl(tmp_path):

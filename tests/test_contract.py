@@ -90,6 +90,12 @@ def test_calibrated_bandwidth_per_kind():
     assert cal.bus_bandwidth_of("all_reduce") == 2.0e9  # the largest message only
     assert cal.bus_bandwidth_of("all_gather") == 0.5e9
     assert cal.bus_bandwidth_of("reduce_scatter") is None
+    # HSDP calibrates all-reduces in both groups: each group's own W, where it has one
+    cal.collectives.append(manifest.CalibratedCollective(kind="all_reduce", group="replicate", group_size=2,
+                                                         bytes=1 << 22, seconds=1.0, busbw_bytes_per_s=0.4e9))
+    assert cal.bus_bandwidth_of("all_reduce", "replicate") == 0.4e9
+    assert cal.bus_bandwidth_of("all_reduce") == (2.0e9 + 0.4e9) / 2  # every group: the median of both
+    assert cal.bus_bandwidth_of("all_gather", "shard") == 0.5e9  # no shard-group entry: every group's
 
 
 def test_the_contract_imports_neither_torch_nor_duckdb():

@@ -80,6 +80,19 @@ def test_hide_threshold_from_the_model_or_computed():
     assert shape.hide_threshold([])["tokens_to_hide"] is None
 
 
+def test_hide_threshold_of_an_hsdp_run():
+    # docs/model.md's worked example, HSDP with G = 8 and R = 4: 777.8 + 2 / 16 x 8,000 x 3/4 = 1,527.8 tokens
+    m = {"stage": "zero3", "gpus": 8, "replicas": 4, "flops_per_s": 4e14, "bus_bandwidth_bytes_per_s": 4.5e11,
+         "replicate_bus_bandwidth_bytes_per_s": 5e10, "grad_bytes": 2.0, "weight_bytes": 2.0, "tokens": None,
+         "tokens_to_hide": None, "verdict": None}
+    t = shape.hide_threshold([m])
+    assert t["tokens_to_hide"] == pytest.approx(4e14 / 4.5e11 * 7 / 8 + 750) and t["replicas"] == 4
+    # an HSDP run without its mesh: the analysis says why, and nothing is computed here
+    lacking = shape.hide_threshold([{**m, "gpus": None, "replicas": None,
+                                     "reason": "cannot judge: missing the HSDP mesh (...)"}])
+    assert lacking["tokens_to_hide"] is None and lacking["missing"] == ["the HSDP mesh (...)"]
+
+
 def test_verdict_at_entered_tokens():
     t = shape.hide_threshold([{"stage": "ddp", "gpus": 8, "flops_per_s": 4e14, "bus_bandwidth_bytes_per_s": 5e10,
                                "grad_bytes": 2.0, "tokens": None, "tokens_to_hide": None, "verdict": None}])

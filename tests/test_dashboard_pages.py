@@ -285,6 +285,22 @@ def test_compare_colours_by_better_or_worse_and_warns(monkeypatch, nightly_db):
     assert any("parallelism differs" in w.value for w in at.warning)
 
 
+def test_model_page_reconciles_the_straggler(monkeypatch, nightly_db):
+    """ddp_straggler (run 4): rank 1 sleeps 100 ms before every backward, so rank 0 waits for it in each of its
+    3 profiled steps while the model says "hidden": the page says which term explains the gap, and with what."""
+    at = open_app(monkeypatch, nightly_db, "views/model.py")
+    at.sidebar.selectbox[0].set_value(4).run()
+    no_errors(at)
+    assert any("Verdict at T = 512: **hidden**" in m.value for m in at.markdown)
+    (warning,) = [w.value for w in at.warning if "disagrees with the model" in w.value]
+    assert "of 6 rank-steps" in warning  # 2 ranks x 3 profiled steps
+    assert "explained by **late rank**" in warning and "(rank 1)" in warning
+    table = at.dataframe[0].value  # the expander's per rank and step table
+    rank0 = table[table["rank"] == 0]
+    assert len(rank0) == 3 and set(rank0["explained_by"]) == {"late_rank"}
+    assert (rank0["term_ms"] > 50).all()  # most of each 100-ms sleep is waiting that no compute covers
+
+
 def test_a_pruned_run_says_so_where_events_are_needed(monkeypatch, tmp_path, nightly_db):
     import shutil
 

@@ -348,9 +348,27 @@ def test_verdict_boundaries():
     assert overlap_verdict(threshold * 0.99, H100_F, IB_W).verdict == "exposed"
 
 
-def test_verdict_rejects_hsdp():
-    with pytest.raises(ValueError, match="hsdp"):
+def test_verdict_of_hsdp_needs_its_groups():
+    with pytest.raises(ValueError, match="hsdp verdict needs the shard group size G"):
         overlap_verdict(4096, H100_F, IB_W, 32, stage="hsdp")
+    with pytest.raises(ValueError, match="replicas must be a positive integer"):
+        stage_tokens_to_hide("hsdp", H100_F, NVLINK_W, 8, replicas=0)
+
+
+def test_verdict_worked_example_hsdp_g8_counts_the_replica_all_reduce():
+    """Section 4, HSDP (G = 8, R = 4), 4,096 tokens, bf16. Backward phase per micro-batch: the all-gather and
+    the reduce-scatter inside the node, 2 x 2 Psi x 7/8 = 45.5 GB over NVLink (0.101111 s), and the all-reduce
+    of the 2 Psi / 8 = 3.25 GB gradient shard across the 4 replicas, 2 x 3/4 x 3.25 = 4.875 GB over IB
+    (0.0975 s): 0.198611 s against the 0.53248 s backward, ratio 0.372993: hidden. (The forward gather,
+    0.050556 s against 0.26624 s, is the easier phase.) Without the replica term: 0.101111 / 0.53248 = 0.19."""
+    v = overlap_verdict(4096, H100_F, NVLINK_W, 8, stage="hsdp", replicas=4, replicate_bandwidth_bytes_per_s=IB_W)
+    backward_comm_s = 2 * 2 * PSI_13B * 7 / 8 / NVLINK_W + 2 * 3 / 4 * 2 * PSI_13B / 8 / IB_W
+    assert v.ratio == pytest.approx(backward_comm_s / (4 * PSI_13B * 4096 / H100_F), rel=1e-12)
+    assert seed_round(v.ratio, "0.373") and v.verdict == "hidden"
+    assert seed_round(v.tokens_to_hide, "1527.8")
+    # one replica: nothing crosses the network, the shard group's zero3 alone
+    assert stage_tokens_to_hide("hsdp", H100_F, NVLINK_W, 8, replicas=1, replicate_bandwidth_bytes_per_s=IB_W) == \
+        pytest.approx(stage_tokens_to_hide("zero3", H100_F, NVLINK_W, 8))
 
 
 # --- ring collectives and nccl-tests bus bandwidth (lesson 7 via section 3) ----------------------

@@ -24,8 +24,9 @@ def _tokens_fix(ctx: CheckContext) -> str:
             "or get faster links.",
         fsdp="Or shard within the node (HSDP) so the gathers and reduce-scatters run on faster links; gather "
              "in bf16 (param_dtype=torch.bfloat16); or get faster links.",
-        hsdp="Or a smaller shard group (the GPUs of one NVLink domain) so fewer bytes cross slower links; "
-             "or get faster links.",
+        hsdp="Or tune the shard group size G: kept inside one NVLink domain (the GPUs of one node) the gathers "
+             "and reduce-scatters use the fast links, and the larger G, the smaller the gradient shard each rank "
+             "all-reduces across the replicas; reduce in bf16 to halve those bytes; or get faster links.",
         default="Or get faster links."), pick(ctx.setup, gloo=_GLOO, default=""))
 
 
@@ -39,17 +40,22 @@ def tokens_below_fw(ctx: CheckContext) -> Result:
     m = models[0]
     per = "per micro-batch (ZeRO-3 gathers repeat in every micro-batch)" if m["stage"] == "zero3" else "per step"
     w = f"W = {m['bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s"
+    gpus, what = f"{m['gpus']} GPUs", f"the {m['stage']} communication"
     if m["stage"] == "zero3":
         w = f"W = {m['bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s (all-gather)"
         if m.get("reduce_bus_bandwidth_bytes_per_s"):
             w += f", {m['reduce_bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s (reduce-scatter)"
+        if m.get("replicas"):  # HSDP: the replica all-reduce is part of the backward's comm
+            w += f", {m['replicate_bus_bandwidth_bytes_per_s'] / 1e9:.3g} GB/s (replica all-reduce)"
+            gpus = f"shard groups of {m['gpus']} GPUs x {m['replicas']} replicas"
+            what = "the HSDP communication (zero3 in the shard group, the gradient shard's all-reduce across replicas)"
         w += f" ({ctx.sources['bandwidth_source']}), {m['weight_bytes']:.0f}-byte weights"
     else:
         kind = ctx.sources.get("bandwidth_kind")
         w += f" ({(kind.replace('_', '-') + ', ') if kind else ''}{ctx.sources['bandwidth_source']})"
     evidence = (f"T = {m['tokens']:.0f} tokens {per}; F = {m['flops_per_s'] / 1e12:.3g} TFLOP/s "
-                f"({ctx.sources['flops_source']}), {w}, {m['gpus']} GPUs, {m['grad_bytes']:.0f}-byte gradients "
-                f"-> {m['tokens_to_hide']:.0f} tokens hide the {m['stage']} communication "
+                f"({ctx.sources['flops_source']}), {w}, {gpus}, {m['grad_bytes']:.0f}-byte gradients "
+                f"-> {m['tokens_to_hide']:.0f} tokens hide {what} "
                 f"(comm/compute {m['comm_to_compute_ratio']:.2f})")
     return Result(_VERDICT_STATUS[m["verdict"]], evidence, fix=_tokens_fix(ctx),
                   details={"tokens": m["tokens"], "tokens_to_hide": m["tokens_to_hide"]})
@@ -173,9 +179,11 @@ def low_bus_bandwidth(ctx: CheckContext) -> Result:
                   "launch ranges' Input Dims)", fix)
     overall = ctx.sources["bus_bandwidth_bytes_per_s_calibration"]
     pairs = {k: (w, by_kind[k]["calibration_bytes_per_s"]) for k, w in measured.items()}
+    against = "the calibration of the same kind" + (" and group" if ctx.setup.parallelism == "hsdp" else "")
     if not any(c for _, c in pairs.values()) and overall:
         # an older calibration without per-kind figures: its one W for every kind, said so
         pairs = {k: (w, overall) for k, w in measured.items()}
+        against = "the calibration's one W over every kind (it has no per-kind figures)"
     compared = {k: (w, c, w / c) for k, (w, c) in pairs.items() if c}
     if not compared:
         listed = ", ".join(f"{k} {w / 1e9:.3g} GB/s" for k, w in sorted(measured.items()))
@@ -186,8 +194,8 @@ def low_bus_bandwidth(ctx: CheckContext) -> Result:
     parts = "; ".join(f"{k}: {w / 1e9:.3g} GB/s, {100 * r:.0f}% of the {c / 1e9:.3g} GB/s calibrated"
                       for k, (w, c, r) in sorted(compared.items()))
     uncompared = sorted(set(measured) - set(compared))
-    evidence = (f"large collectives' bus bandwidth per kind against the calibration of the same kind on this "
-                f"process group: {parts}" + (f" (no calibration for {', '.join(uncompared)})" if uncompared else ""))
+    evidence = (f"large collectives' bus bandwidth per kind against {against}: {parts}"
+                + (f" (no calibration for {', '.join(uncompared)})" if uncompared else ""))
     return Result(grade(ratio, "busbw_fail", "busbw_warn", lower_is_worse=True), evidence, fix=fix,
                   details={"ratio": ratio, "kind": worst})
 

@@ -4,7 +4,8 @@ How many times a step reduces its gradients (the synchronizing backward passes)
 comes from every source there is, in this order: the tracer's micro-batch marks;
 else a bucket (or unit) id that repeats within a step (the tracer's bucket ranges
 name each bucket in every backward that all-reduces); else the manifest's
-``accumulation_steps`` and ``no_sync``. Bucket counts are per backward.
+``accumulation_steps`` and ``no_sync``. The trace comes first: it shows what ran,
+the manifest only what the script was set up to do. Bucket counts are per backward.
 """
 
 from __future__ import annotations

@@ -153,7 +153,24 @@ def reshard_after_forward(ctx: CheckContext) -> Result:
     return Result("pass", evidence, fix=_reshard(ctx))
 
 
+def _tune_shard_group(ctx: CheckContext) -> str:
+    """An HSDP run needs no HSDP advice: what to tune is the shard group size G."""
+    shape = ctx.manifest.hsdp_shape
+    now = f" (now {shape[0]} replicas x G = {shape[1]})" if shape else ""
+    mesh = pick(ctx.setup, fsdp2="init_device_mesh(..., (replicas, G))",
+                fsdp1="HYBRID_SHARD's device_mesh=init_device_mesh(..., (replicas, G))",
+                default="the 2-D mesh (replicas, G)")
+    return (f"Already HSDP: tune the shard group size G{now}, the last dimension of {mesh}. Keep each shard group "
+            f"inside one NVLink domain (the GPUs of one node) so its gathers and reduce-scatters never cross the "
+            f"network; within that, a larger G saves memory ((4+K)Ψ/G of model states) and shrinks the replica "
+            f"all-reduce (each rank all-reduces its Ψ/G gradient shard across the N/G replicas), a smaller G "
+            f"keeps gathers on fewer, faster links. If the replica all-reduce is exposed at the end of backward, "
+            f"reduce gradients in bf16.")
+
+
 def _hsdp_fix(ctx: CheckContext) -> str:
+    if ctx.setup.parallelism == "hsdp":
+        return _tune_shard_group(ctx)
     return only_for(ctx.setup, "fsdp", pick(ctx.setup,
                 fsdp2="Shard within a node and replicate across nodes: fully_shard(..., mesh=init_device_mesh(..., "
                       "(nodes, gpus_per_node))) (HSDP) or reshard_after_forward=<gpus per node>, so the all-gathers "
@@ -165,6 +182,44 @@ def _hsdp_fix(ctx: CheckContext) -> str:
                         "with FSDP1)."))
 
 
+def _hosts_of_ranks(ctx: CheckContext) -> dict[int, str]:
+    """rank -> host: the traces' host names, the manifest's where the traces name none."""
+    listed = {k: h for k, h in enumerate(ctx.manifest.hostnames) if h}
+    return {**listed, **{r["rank"]: r["hostname"] for r in ctx.ranks if r["hostname"]}}
+
+
+def _sharded_exposed(ctx: CheckContext) -> tuple[float, float, str]:
+    """Exposed ms per step of the units' gathers and reduce-scatters, its share of the step, and
+    the status it earns where they cross the network (fail at exposed_fail, else warn)."""
+    rows = [r for r in _units(ctx) if r.phase in ("forward_allgather", "backward_allgather", "reduce_scatter")]
+    exposed = sum(r.exposed_ms for r in rows) / (len(per_step(rows)) or 1)
+    share = exposed / ctx.mean_step_ms()
+    return exposed, share, "fail" if share >= t("exposed_fail") else "warn"
+
+
+def _already_hsdp(ctx: CheckContext, hosts: dict[int, str]) -> Result:
+    """An HSDP run: does each shard group stay on one host? (init_device_mesh lays ranks out row
+    by row, so shard group i is ranks i*G .. i*G+G-1.)"""
+    fix = _tune_shard_group(ctx)
+    shape = ctx.manifest.hsdp_shape
+    if not shape:
+        return Result("pass", "already HSDP (no mesh shape in the manifest to check the shard groups against the "
+                              "hosts)", fix=fix)
+    replicas, group = shape
+    mesh = f"already HSDP: {replicas} replicas x shard groups of {group}"
+    if not hosts:
+        return Result("pass", mesh + " (no host names to check the shard groups against)", fix=fix)
+    spread = [i for i in range(replicas)
+              if len({hosts.get(r) for r in range(i * group, (i + 1) * group)} - {None}) > 1]
+    if not spread:
+        where = ", ".join(sorted(set(hosts.values())))
+        return Result("pass", f"{mesh}, each shard group on one host ({where})", fix=fix)
+    exposed, share, status = _sharded_exposed(ctx)
+    return Result(status, f"{mesh}, but {len(spread)} of {replicas} shard groups span hosts: their gathers and "
+                          f"reduce-scatters cross the network, {fmt_ms(exposed)} per step exposed "
+                          f"({100 * share:.1f}% of the step)", impact_ms=exposed, fix=fix)
+
+
 @rule("hsdp_candidate", "Flat sharding across nodes (HSDP candidate)",
       "Shard within a node and replicate across nodes: fully_shard(..., mesh=init_device_mesh(..., "
       "(nodes, gpus_per_node))) (HSDP) or reshard_after_forward=<gpus per node>, so the all-gathers and "
@@ -173,18 +228,14 @@ def hsdp_candidate(ctx: CheckContext) -> Result:
     fix = _hsdp_fix(ctx)
     if ctx.stage != "zero3":
         return na("not an FSDP run", fix)
-    if ctx.manifest.parallelism == "hsdp":
-        return Result("pass", "already HSDP (2-D mesh)", fix=fix)
-    hosts = {r["hostname"] for r in ctx.ranks if r["hostname"]} or {h for h in ctx.manifest.hostnames if h}
+    hosts = _hosts_of_ranks(ctx)
+    if ctx.setup.parallelism == "hsdp":
+        return _already_hsdp(ctx, hosts)
     if not hosts:
         return na("the traces name no hosts (no host_name in the traces, no hostnames in the manifest)", fix)
-    if len(hosts) == 1:
-        return Result("pass", f"all ranks on one host ({next(iter(hosts))})", fix=fix)
-    rows = [r for r in _units(ctx) if r.phase in ("forward_allgather", "backward_allgather", "reduce_scatter")]
-    steps = len(per_step(rows)) or 1
-    exposed = sum(r.exposed_ms for r in rows) / steps
-    share = exposed / ctx.mean_step_ms()
-    status = "fail" if share >= t("exposed_fail") else "warn"
-    return Result(status, f"FSDP over {len(hosts)} hosts: gathers and reduce-scatters cross the network, "
-                          f"{fmt_ms(exposed)} per step exposed ({100 * share:.1f}% of the step)", impact_ms=exposed,
-                  fix=fix)
+    if len(set(hosts.values())) == 1:
+        return Result("pass", f"all ranks on one host ({next(iter(hosts.values()))})", fix=fix)
+    exposed, share, status = _sharded_exposed(ctx)
+    return Result(status, f"FSDP over {len(set(hosts.values()))} hosts: gathers and reduce-scatters cross the "
+                          f"network, {fmt_ms(exposed)} per step exposed ({100 * share:.1f}% of the step)",
+                  impact_ms=exposed, fix=fix)

@@ -8,23 +8,49 @@ from collections import defaultdict
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import fmt_ms
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
-from overlapscope.analyzer.checklist.setup import only_for, pick
+from overlapscope.analyzer.checklist.setup import join, only_for, pick
 from overlapscope.analyzer.units import NS_PER_MS
 
 
-@rule("host_bound", "Host-bound: the device idles while the CPU launches work",
-      "Cut CPU overhead per step: torch.compile or CUDA graphs, fused optimizers (fused=True / foreach), "
-      "fewer and larger FSDP units, no per-step Python work or syncs in the loop.")
-def host_bound(ctx: CheckContext) -> Result:
+_LOOP = ("Keep data loading off the training thread (DataLoader num_workers > 0, pin_memory=True) and take "
+         "per-step Python work and device-to-host syncs (.item(), prints) out of the loop.")
+
+
+def _host_fix(ctx: CheckContext) -> str:
+    """Less CPU work per launched kernel, in the run's own terms: DDP's host work is its
+    unused-parameter search and per-bucket hooks, FSDP's its per-unit hooks."""
     if ctx.device_kind != "gpu":
-        return na("CPU-only trace: the CPU is the device")
+        return "Nothing to change here: on a CPU-only run the CPU is the device, there are no launches to wait for."
+    return join(pick(
+        ctx.setup,
+        ddp="Cut the CPU work per step: larger micro-batches (the same launches carry more tokens), CUDA graphs "
+            "(torch.compile(mode=\"reduce-overhead\")) or torch.compile, fused optimizers (fused=True or "
+            "foreach=True); DDP's own host work: find_unused_parameters=False (it walks the autograd graph after "
+            "every forward) and static_graph=True.",
+        fsdp2="Cut the CPU work per step: fewer and larger FSDP units (several small modules under one "
+              "fully_shard call: the hooks run per unit), torch.compile, fused optimizers (fused=True or "
+              "foreach=True), larger micro-batches.",
+        fsdp1="Cut the CPU work per step: fewer and larger FSDP units (auto_wrap_policy at block granularity: the "
+              "hooks run per unit), limit_all_gathers=False where cudaEventSynchronize shows in _pre_forward (the "
+              "rate limiter blocks the host), torch.compile, fused optimizers (fused=True or foreach=True).",
+        default="Cut the CPU work per step: torch.compile or CUDA graphs, fused optimizers (fused=True or "
+                "foreach=True), larger micro-batches; with FSDP, fewer and larger units."), _LOOP)
+
+
+@rule("host_bound", "Host-bound: the device idles while the CPU launches work",
+      "Cut the CPU work per step: torch.compile or CUDA graphs, fused optimizers (fused=True or foreach=True), "
+      "larger micro-batches; with FSDP, fewer and larger units. " + _LOOP)
+def host_bound(ctx: CheckContext) -> Result:
+    fix = _host_fix(ctx)
+    if ctx.device_kind != "gpu":
+        return na("CPU-only trace: the CPU is the device", fix)
     if not ctx.idle:
-        return na("no device work in the profiled steps")
+        return na("no device work in the profiled steps", fix)
     steps = {(s["rank"], s["step"]): s["step_ms"] for s in ctx.steps}
     shares = [(r["host_idle_ns"] / NS_PER_MS / steps[(r["rank"], r["step"])], r) for r in ctx.idle
               if steps.get((r["rank"], r["step"]))]
     if not shares:
-        return na("no step windows on the device")
+        return na("no step windows on the device", fix)
     mean_share = statistics.fmean(s for s, _ in shares)
     worst_share, worst = max(shares, key=lambda x: x[0])
     host_ms = statistics.fmean(r["host_idle_ns"] / NS_PER_MS for _, r in shares)
@@ -32,7 +58,7 @@ def host_bound(ctx: CheckContext) -> Result:
     evidence = (f"device idle {fmt_ms(idle_ms)} per step, of it {fmt_ms(host_ms)} waiting for launches "
                 f"({100 * mean_share:.1f}% of the step; worst rank {worst['rank']} step {worst['step']} "
                 f"{100 * worst_share:.1f}%)")
-    return Result(grade(mean_share, "host_idle_fail", "host_idle_warn"), evidence, impact_ms=host_ms)
+    return Result(grade(mean_share, "host_idle_fail", "host_idle_warn"), evidence, impact_ms=host_ms, fix=fix)
 
 
 @rule("local_grad_clipping", "Gradient clipping without a global norm",

@@ -1,8 +1,9 @@
 """The overlap condition: when does the communication hide behind compute?
 
 Pure functions, no I/O. docs/model.md, "When communication hides" (the
-tokens-per-GPU threshold T >= F/W (N-1)/N and its variants per stage) and "The
-verdict". Notation and units as in ``model.memory``.
+tokens-per-GPU threshold T >= F/W (N-1)/N and its variants per stage, HSDP's
+replica all-reduce included) and "The verdict". Notation and units as in
+``model.memory``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def tokens_to_hide(
 def stage_tokens_to_hide(
     stage: str, flops_per_s: float, bandwidth_bytes_per_s: float, gpus: int | None = None,
     grad_bytes: float = GRAD_BYTES, weight_bytes: float = WEIGHT_BYTES,
-    reduce_bandwidth_bytes_per_s: float | None = None,
+    reduce_bandwidth_bytes_per_s: float | None = None, replicas: int | None = None,
+    replicate_bandwidth_bytes_per_s: float | None = None,
 ) -> float:
     """Tokens per GPU per micro-batch at which a stage's comm time equals its compute.
 
@@ -63,12 +65,16 @@ def stage_tokens_to_hide(
     - zero3: per phase, forward all-gather against the forward pass and backward
       all-gather plus reduce-scatter against the backward pass; the worse phase
       counts (with bf16 both equal F/W (N-1)/N);
-    - hsdp: not covered (two links, two bandwidths): ``ValueError``.
+    - hsdp: zero3 inside the shard group (``gpus`` = G), and in the backward phase
+      also the all-reduce of each rank's gradient shard (Psi/G elements) across the
+      ``replicas`` (R = N_d / G) at ``replicate_bandwidth_bytes_per_s``.
 
     ``bandwidth_bytes_per_s`` is W of the stage's collective (the all-reduce for
-    ddp, the all-gather for zero3); ``reduce_bandwidth_bytes_per_s`` W of the
-    reduce-scatter where it differs (zero1/2/3; kinds reach different bus
-    bandwidths on the same links, gloo's by 4x). Omitted: the same W.
+    ddp, the all-gather for zero3 and hsdp); ``reduce_bandwidth_bytes_per_s`` W of
+    the reduce-scatter where it differs (zero1/2/3, hsdp; kinds reach different bus
+    bandwidths on the same links, gloo's by 4x); ``replicate_bandwidth_bytes_per_s``
+    W of hsdp's replica all-reduce (another group, often other links). Omitted: the
+    same W.
     """
     check_stage(stage)
     check_positive("grad_bytes", grad_bytes)
@@ -80,9 +86,24 @@ def stage_tokens_to_hide(
         return grad_bytes / 2 * base
     if stage in ("zero1", "zero2"):
         return grad_bytes / 4 * reduce_base
+    forward = weight_bytes / 2 * base
+    backward = (weight_bytes * base + grad_bytes * reduce_base) / 4
     if stage == "zero3":
-        return max(weight_bytes / 2 * base, (weight_bytes * base + grad_bytes * reduce_base) / 4)
-    raise ValueError("the overlap verdict covers ddp, zero1, zero2 and zero3, not hsdp")
+        return max(forward, backward)
+    return max(forward, backward + _replica_tokens(flops_per_s, bandwidth_bytes_per_s, gpus, grad_bytes,
+                                                   replicas, replicate_bandwidth_bytes_per_s))
+
+
+def _replica_tokens(flops_per_s: float, bandwidth_bytes_per_s: float, group: int | None, grad_bytes: float,
+                    replicas: int | None, replicate_bandwidth_bytes_per_s: float | None) -> float:
+    """HSDP's replica all-reduce in tokens of backward (docs/model.md): gb Psi / G bytes, ring
+    all-reduced over R ranks, take 2 (R-1)/R gb Psi / (G W_ar); the backward's 4 Psi T / F
+    hides them when T >= 2 gb / (4 G) x F / W_ar x (R-1)/R = gb / (2 G) x F / W_ar x (R-1)/R."""
+    if group is None or replicas is None:
+        raise ValueError("the hsdp verdict needs the shard group size G (gpus) and the replicas R")
+    check_count("replicas", replicas)
+    w = replicate_bandwidth_bytes_per_s if replicate_bandwidth_bytes_per_s is not None else bandwidth_bytes_per_s
+    return grad_bytes / (2 * group) * tokens_to_hide(flops_per_s, w, replicas, grad_bytes=2)
 
 
 # Verdict thresholds on ratio = comm time / compute time that should hide it.
@@ -125,7 +146,8 @@ def verdict_of(ratio: float) -> tuple[str, str]:
 def overlap_verdict(
     tokens: float, flops_per_s: float, bandwidth_bytes_per_s: float, gpus: int | None = None,
     stage: str = "ddp", grad_bytes: float = GRAD_BYTES, weight_bytes: float = WEIGHT_BYTES,
-    reduce_bandwidth_bytes_per_s: float | None = None,
+    reduce_bandwidth_bytes_per_s: float | None = None, replicas: int | None = None,
+    replicate_bandwidth_bytes_per_s: float | None = None,
 ) -> OverlapVerdict:
     """Verdict for ``tokens`` per GPU per micro-batch (see ``stage_tokens_to_hide``).
 
@@ -133,6 +155,7 @@ def overlap_verdict(
     """
     check_positive("tokens", tokens)
     threshold = stage_tokens_to_hide(stage, flops_per_s, bandwidth_bytes_per_s, gpus,
-                                     grad_bytes, weight_bytes, reduce_bandwidth_bytes_per_s)
+                                     grad_bytes, weight_bytes, reduce_bandwidth_bytes_per_s,
+                                     replicas, replicate_bandwidth_bytes_per_s)
     ratio = threshold / tokens
     return OverlapVerdict(threshold, ratio, *verdict_of(ratio))

@@ -86,15 +86,22 @@ MAIN_KIND = {"ddp": "all_reduce", "zero3": "all_gather"}
 REDUCE_KIND = "reduce_scatter"
 
 
-def _by_kind(rows: list[Collective], cal) -> dict[str, dict]:
+# HSDP's group of each kind (as ``Manifest.group_sizes``): gathers and reduce-scatters in the
+# shard group, all-reduces across the replicas. Its calibration times all-reduces in both
+# groups, on different links: each kind's W is its own group's.
+HSDP_GROUP_OF = {"all_gather": "shard", "reduce_scatter": "shard", "all_reduce": "replicate"}
+
+
+def _by_kind(rows: list[Collective], cal, hsdp: bool = False) -> dict[str, dict]:
     """W per collective kind: from the trace's large collectives of the kind, else the
-    tracer's calibration of the kind; both, and which one the model uses."""
+    tracer's calibration of the kind (on an HSDP run, of the kind's group); both, and
+    which one the model uses."""
     traced = rates.bandwidth_by_kind(rows)
     calibrated = {c.kind for c in cal.collectives} if cal else set()
     out = {}
     for kind in sorted(set(traced) | calibrated):
         t = traced.get(kind, {}).get("bus_bandwidth_bytes_per_s")
-        c = cal.bus_bandwidth_of(kind) if cal else None
+        c = cal.bus_bandwidth_of(kind, HSDP_GROUP_OF.get(kind) if hsdp else None) if cal else None
         out[kind] = {"trace_bytes_per_s": t, "calibration_bytes_per_s": c, "bytes_per_s": t or c,
                      "source": "trace" if t else ("calibration" if c else None),
                      "large_collectives": traced.get(kind, {}).get("large_collectives", 0)}
@@ -111,7 +118,7 @@ def _sources(con, info: RunInfo, rows: list[Collective], stage: str | None) -> d
     """
     f_trace = rates.flops_per_s(con, info.run_id)
     cal = info.manifest.calibration
-    by_kind = _by_kind(rows, cal)
+    by_kind = _by_kind(rows, cal, info.parallelism == "hsdp")
     main = by_kind.get(MAIN_KIND.get(stage, ""))
     overall = rates.bandwidth(rows)
     w_trace = main["trace_bytes_per_s"] if main else (None if stage in MAIN_KIND else
@@ -141,45 +148,66 @@ def _sources(con, info: RunInfo, rows: list[Collective], stage: str | None) -> d
     }
 
 
-def _missing(f, w, tokens, stage) -> str:
-    lacking = [n for n, v in (("F (no FLOP counts or calibration)", f), ("W (no collective sizes or calibration)", w),
-                              ("tokens per micro-batch (use --tokens)", tokens), ("a DDP/FSDP stage", stage)) if not v]
-    return "cannot judge: missing " + ", ".join(lacking)
-
-
 @dataclass(frozen=True)
 class _Inputs:
-    """What the verdict reads: F, W (per kind), T, the stage, the group and the dtypes."""
+    """What the verdict reads: F, W (per kind), T, the stage, the group and the dtypes; for
+    HSDP also the replica group (docs/model.md: the replica all-reduce in the backward)."""
 
     f: float | None
     w: float | None
     w_reduce: float | None  # FSDP: the reduce-scatter's W (None: as w)
     tokens: float | None
     stage: str | None
-    gpus: int | None
+    gpus: int | None  # ranks a gradient is sharded over (HSDP: the shard group G)
     grad_bytes: float
     weight_bytes: float
+    hsdp: bool = False  # an HSDP run: zero3 in the shard group plus the replica all-reduce
+    replicas: int | None = None  # HSDP: R, the replica group's size (the mesh's first dimension)
+    w_replicate: float | None = None  # HSDP: the replica all-reduce's W
+
+    def missing(self) -> list[str]:
+        """What the threshold needs and lacks (T aside: the threshold is known without it)."""
+        lacking = [n for n, v in (("F (no FLOP counts or calibration)", self.f),
+                                  ("W (no collective sizes or calibration)", self.w),
+                                  ("a DDP/FSDP stage", self.stage)) if not v]
+        if self.hsdp and not self.replicas:
+            lacking.append("the HSDP mesh (the manifest's mesh [replicas, G]: without it the shard group and "
+                           "the replica group are unknown)")
+        elif self.hsdp and not self.w_replicate:
+            lacking.append("W of the replica all-reduce (no sized all-reduces in the trace, no calibration of them)")
+        return lacking
+
+    def _args(self) -> dict:
+        return dict(gpus=self.gpus, grad_bytes=self.grad_bytes, weight_bytes=self.weight_bytes,
+                    reduce_bandwidth_bytes_per_s=self.w_reduce, replicas=self.replicas,
+                    replicate_bandwidth_bytes_per_s=self.w_replicate)
 
     def tokens_to_hide(self) -> float | None:
-        if not (self.f and self.w and self.stage and self.gpus and self.gpus > 1):
+        if self.missing() or not (self.gpus and self.gpus > 1):
             return None
-        return stage_tokens_to_hide(self.stage, self.f, self.w, self.gpus, self.grad_bytes, self.weight_bytes,
-                                    self.w_reduce)
+        return stage_tokens_to_hide("hsdp" if self.hsdp else self.stage, self.f, self.w, **self._args())
 
     def verdict(self):
         if not (self.tokens and self.tokens_to_hide()):
             return None
-        return overlap_verdict(self.tokens, self.f, self.w, gpus=self.gpus, stage=self.stage,
-                               grad_bytes=self.grad_bytes, weight_bytes=self.weight_bytes,
-                               reduce_bandwidth_bytes_per_s=self.w_reduce)
+        return overlap_verdict(self.tokens, self.f, self.w, stage="hsdp" if self.hsdp else self.stage,
+                               **self._args())
+
+    def reason_missing(self) -> str:
+        lacking = self.missing() + ([] if self.tokens else ["tokens per micro-batch (use --tokens)"])
+        return "cannot judge: missing " + ", ".join(lacking)
 
 
 def _inputs(sources: dict, info: RunInfo, tokens, stage, grad_bytes: float, weight_bytes: float) -> _Inputs:
-    w_reduce = None
-    if stage == "zero3":
-        w_reduce = (sources["bus_bandwidth_by_kind"].get(REDUCE_KIND) or {}).get("bytes_per_s")
-    return _Inputs(sources["flops_per_s"], sources["bus_bandwidth_bytes_per_s"], w_reduce, tokens, stage,
-                   info.manifest.data_parallel_gpus(info.world_size), grad_bytes, weight_bytes)
+    by_kind = sources["bus_bandwidth_by_kind"]
+    w_reduce = (by_kind.get(REDUCE_KIND) or {}).get("bytes_per_s") if stage == "zero3" else None
+    hsdp = info.parallelism == "hsdp" and stage == "zero3"
+    shape = info.manifest.hsdp_shape if hsdp else None
+    # without the mesh an HSDP run's shard group is unknown too: no group, rather than the world
+    gpus = None if hsdp and not shape else info.manifest.data_parallel_gpus(info.world_size)
+    return _Inputs(sources["flops_per_s"], sources["bus_bandwidth_bytes_per_s"], w_reduce, tokens, stage, gpus,
+                   grad_bytes, weight_bytes, hsdp, shape[0] if shape else None,
+                   (by_kind.get("all_reduce") or {}).get("bytes_per_s") if shape else None)
 
 
 def _per_step(rows: list[Collective], overlap_steps: list[dict], inputs: _Inputs,
@@ -205,13 +233,14 @@ def _per_step(rows: list[Collective], overlap_steps: list[dict], inputs: _Inputs
         models.append({
             "rank": s["rank"], "step": s["step"], "stage": inputs.stage, "gpus": inputs.gpus,
             "flops_per_s": inputs.f, "bus_bandwidth_bytes_per_s": inputs.w,
-            "reduce_bus_bandwidth_bytes_per_s": inputs.w_reduce, "tokens": inputs.tokens,
+            "reduce_bus_bandwidth_bytes_per_s": inputs.w_reduce, "replicas": inputs.replicas,
+            "replicate_bus_bandwidth_bytes_per_s": inputs.w_replicate, "tokens": inputs.tokens,
             "grad_bytes": inputs.grad_bytes, "weight_bytes": inputs.weight_bytes,
             # tokens that hide the comm: known from F, W and the stage even without T
             "tokens_to_hide": round(t_hide, 1) if t_hide else None,
             "comm_to_compute_ratio": round(verdict.ratio, 4) if verdict else None,
             "verdict": verdict.verdict if verdict else None,
-            "reason": verdict.reason if verdict else _missing(inputs.f, inputs.w, inputs.tokens, inputs.stage),
+            "reason": verdict.reason if verdict else inputs.reason_missing(),
             "caveat": CPU_CAVEAT if info.device_kind == "cpu" else None,
         })
     return steps, models
@@ -221,7 +250,10 @@ def _memory(con, info: RunInfo, stage: str | None) -> list[dict]:
     """Measured peak allocated memory per rank beside the model states of the run's stage."""
     params = info.manifest.params
     model_bytes = None
-    if params and stage in ("ddp", "zero1", "zero2", "zero3"):
+    shape = info.manifest.hsdp_shape
+    if params and stage == "zero3" and shape:  # HSDP shards over its shard group only: (4 + K) Psi / G
+        model_bytes = model_state_bytes("hsdp", params, info.world_size, group=shape[1])
+    elif params and stage in ("ddp", "zero1", "zero2", "zero3"):
         model_bytes = model_state_bytes(stage, params, info.world_size)
     sql.ensure(con, "rank_facts", run_id=info.run_id)
     return [{**peak, "model_state_bytes": model_bytes, "stage": stage}

@@ -27,8 +27,11 @@ def _ratio_section(result: dict, analysis: dict, run_id: int) -> None:
     curve = shape.ratio_curve(threshold["tokens_to_hide"], threshold["tokens"])
     st.altair_chart(charts.hide_ratio(curve, threshold["tokens_to_hide"], points, measured), width="stretch")
     f, w = threshold["flops_per_s"], threshold["bus_bandwidth_bytes_per_s"]
+    group = (f"HSDP: {threshold['stage']} in shard groups of {threshold['gpus']} GPUs plus the all-reduce across "
+             f"{threshold['replicas']} replicas" if threshold.get("replicas") else
+             f"Stage {threshold['stage']}, {threshold['gpus']} GPUs")
     st.caption(
-        f"Stage {threshold['stage']}, {threshold['gpus']} GPUs, F = {f / 1e12:.3g} TFLOP/s, W = {w / 1e9:.3g} GB/s, "
+        f"{group}, F = {f / 1e12:.3g} TFLOP/s, W = {w / 1e9:.3g} GB/s, "
         f"{threshold['grad_bytes']:g} bytes per reduced gradient: comm hides when T ≥ T_hide = "
         f"{threshold['tokens_to_hide']:,.0f} tokens (ratio ≤ 1; the model's F/W (N-1)/N scaled by the stage and dtype). "
         "The measured point is the median step's comm over 2/3 of its compute (the backward's share of the FLOPs).")
