@@ -266,3 +266,27 @@ def test_history_names_keep_their_colours_and_labels():
     assert len(set(color["scale"]["range"][:20])) == 20 and len(color["scale"]["domain"]) == 20
     assert color["legend"]["labelLimit"] == 0 and color["legend"]["orient"] == "bottom"
 
+
+def test_readable_rows_round_and_leave_gaps():
+    spec = {"rank": ("rank", 0, ""), "comm_ms": ("comm (ms)", 2, ""), "hta_pct": ("HTA (%)", 1, ""),
+            "name": ("name", None, ""), "never": ("never (ms)", 2, "")}
+    rows = [{"mark": "◀", "rank": 0, "comm_ms": 1.23456, "hta_pct": None, "name": "a"},
+            {"mark": "", "rank": 1, "comm_ms": 2.0, "hta_pct": 50.04, "name": None}]
+    shown, columns, gaps, empty = shape.readable_rows(rows, spec)
+    assert columns == ["rank", "comm_ms", "hta_pct", "name"] and empty == ["never (ms) (no value on any row)"]
+    assert gaps == {"hta_pct", "name"}
+    assert shown == [{"mark": "◀", "rank": 0, "comm_ms": 1.23, "hta_pct": None, "name": "a"},
+                     {"mark": "", "rank": 1, "comm_ms": 2.0, "hta_pct": 50.0, "name": None}]
+    steps = [{"rank": 0, "spill_in_ms": 0.0, "spill_out_ms": 0.5}, {"rank": 1, "spill_in_ms": 0.0, "spill_out_ms": 0.0}]
+    shown, columns, _, empty = shape.readable_rows(steps, shape.STEP_TABLE)
+    assert columns == ["rank", "spill_out_ms"]  # spill in is 0 everywhere: left out and named
+    assert "from prev. (ms) (0 on every row)" in empty and "step (ms) (no value on any row)" in empty
+    assert shape.with_mb([{"bytes": 2_500_000}, {"bytes": None}]) == [{"bytes": 2_500_000, "size_mb": 2.5},
+                                                                      {"bytes": None, "size_mb": None}]
+
+
+def test_whatif_command_is_a_shell_line():
+    assert shape.whatif_command("sample/hsdp_2x2", "--wrap root-only") == \
+        "overlapscope whatif --run sample/hsdp_2x2 --wrap root-only"
+    assert shape.whatif_command("my run's `name`", "no change", "tokens=0.5x,2x") == \
+        "overlapscope whatif --run 'my run'\"'\"'s `name`' --sweep tokens=0.5x,2x"
