@@ -61,7 +61,7 @@ def shoot(page, path) -> None:
 # (Vega shortens legend and axis labels past their labelLimit; SVG charts only), a table
 # wider than its frame (its right columns hidden behind a scroll bar) and a row of buttons
 # wider than its place (the last ones cut off).
-_CUT = """() => {
+_CUT = r"""() => {
   const charts = [...document.querySelectorAll("[data-testid='stVegaLiteChart'] svg text")]
     .map(t => t.textContent).filter(t => t.includes("\u2026")).map(t => "chart text cut: " + t);
   const tables = [...document.querySelectorAll("[data-testid='stDataFrame'] .dvn-scroller")]
