@@ -221,9 +221,12 @@ def hide_ratio(curve: list[dict], t_hide: float, points: list[dict],
         align="left", dx=6, dy=-8, color=HIGHLIGHT).encode(x="tokens:Q", y="ratio:Q", text="label:N")
     layers = [line, one, one_label, at, label]
     if measured_ratio is not None and not points:
-        level = _frame([{"ratio": measured_ratio, "label": f"measured {measured_ratio:.3g} (T unknown)"}])
+        level = _frame([{"ratio": measured_ratio, "tokens": one_row["tokens"][0],
+                         "label": f"measured {measured_ratio:.3g} (T unknown)"}])
         layers.append(alt.Chart(level).mark_rule(color=MEMCPY, strokeDash=[2, 2]).encode(y="ratio:Q",
                                                                                        tooltip=["label:N"]))
+        layers.append(alt.Chart(level).mark_text(align="left", baseline="bottom", dx=4, dy=-3, color=MEMCPY).encode(
+            x="tokens:Q", y="ratio:Q", text="label:N"))
     if points:
         layers.append(alt.Chart(_frame(points)).mark_point(size=120, filled=True).encode(
             x="tokens:Q", y="ratio:Q",

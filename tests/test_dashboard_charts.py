@@ -225,7 +225,8 @@ def test_hide_ratio_chart():
     assert layers[2]["mark"]["type"] == "text" and layers[2]["encoding"]["y"]["field"] == "ratio"
     assert any(r.get("label", "").startswith("ratio 1: ") and r["ratio"] == 1.0 for r in _values(with_points))
     level = charts.hide_ratio(curve, 1000.0, [], measured_ratio=0.5)
-    assert len(_layers(level)) == 6 and "measured 0.5" in str(level.to_dict())
+    assert len(_layers(level)) == 7 and "measured 0.5" in str(level.to_dict())  # the level and its label
+    assert _layers(level)[-1]["mark"]["type"] == "text"
     assert len(_layers(charts.hide_ratio(curve, 1000.0, []))) == 5
 
 
