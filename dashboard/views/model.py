@@ -187,7 +187,8 @@ def _whatif_section(ctx, run: dict) -> None:
         st.caption("Each point is the run replayed at that value, on top of the settings above; dashed: as "
                    "measured. Points whose memory does not fit are marked in the tooltip.")
     with st.expander("Terms of each predicted collective"):
-        tables.show(shape.with_mb(p["collectives"]), shape.WHATIF_COLLECTIVE_TABLE)
+        tables.show(shape.with_mb([{**c, "id": "(root)" if c["id"] == "" else c["id"]} for c in p["collectives"]]),
+                    shape.WHATIF_COLLECTIVE_TABLE)
         st.caption("Assumes: " + md("; ".join(p["assumptions"])))
 
 
