@@ -119,6 +119,19 @@ def open_page(page, title: str, quiet_ms: int = 1000) -> float:
     return time.monotonic() - started - quiet_ms / 1000
 
 
+def expand_all(page, quiet_ms: int = 1000) -> int:
+    """Open every closed expander of the page (the tables inside draw only when open), then wait
+    until it is done drawing; how many were opened."""
+    closed = page.locator("[data-testid='stMain'] [data-testid='stExpander'] details:not([open]) > summary")
+    count = closed.count()
+    for _ in range(count):
+        closed.first.click()
+    if count:
+        page.evaluate("() => { window.__osSig = undefined; }")
+        page.wait_for_function(_QUIET, arg=quiet_ms, timeout=WAIT_MS, polling=100)
+    return count
+
+
 def _open(page, title: str) -> None:
     """Click a page in the menu; the callers wait for what the page shows (Playwright's expect
     retries), as the script may not have started when the click returns."""
