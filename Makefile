@@ -28,14 +28,18 @@ run: $(VENV)/.base
 	@$(VENV)/bin/overlapscope dashboard
 
 # The browser test drives Debian's chromium: installed here when missing and we are
-# root (best effort, quietly); without it that test skips. NO_CHROMIUM=1 skips the install.
+# root (best effort, quietly); without it that test skips, and says so up front with how
+# to install it. NO_CHROMIUM=1 skips the install.
 test: $(VENV)/.dev
-	@if [ -z "$(NO_CHROMIUM)" ] && [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	@if [ -x /usr/bin/chromium ] || command -v chromium >/dev/null 2>&1; then :; \
+	elif [ -z "$(NO_CHROMIUM)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "overlapscope: installing Debian's chromium for the browser tests (apt-get; make test NO_CHROMIUM=1 skips it and those tests)"; \
 	    export DEBIAN_FRONTEND=noninteractive; \
 	    apt-get install -y -qq chromium >/dev/null 2>&1 \
 	    || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
 	    || echo "note: chromium could not be installed; the browser test will skip"; \
+	elif [ -z "$(NO_CHROMIUM)" ]; then \
+	    echo "overlapscope: chromium is not installed, so the browser tests will skip (to run them: sudo apt-get install chromium, or any chromium on PATH)"; \
 	fi
 	@echo "overlapscope: running the test suite on 2 processes (about 9 minutes on 2 cores)"
 	$(PY) -m pytest -n 2 -q

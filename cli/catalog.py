@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.cli.common import add_engine_arguments, describe, emit, open_catalog
+from overlapscope.cli.common import add_engine_arguments, describe, emit, note, open_catalog, progress
 from overlapscope.cli.tables import clean, table
 
 HISTORY_COLUMNS = [
@@ -49,12 +49,14 @@ def run_ingest(args) -> int:
     opened = []
 
     def open_con():  # after the decode workers have forked
+        note(f"storing run {clean(name)}", quiet=args.json)
         opened.append(open_catalog(args.db))
         return opened[0]
 
     name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # before any decoding
     run_id = catalog.ingest(None, args.paths, name, tags, workers=args.workers, open_con=open_con,
-                            path=catalog.resolve_path(args.db), engine=args.engine, ray_address=args.ray_address)
+                            path=catalog.resolve_path(args.db), engine=args.engine, ray_address=args.ray_address,
+                            on_decoded=None if args.json else progress("decoding rank"))
     row = next(r for r in catalog.runs(opened[0], name) if r["run_id"] == run_id)
     result = {"run_id": run_id, "name": name, **{k: row[k] for k in catalog.HISTORY_FIGURES},
               "headline": row["headline"]}

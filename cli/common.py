@@ -68,6 +68,12 @@ def progress(label: str):
     return report
 
 
+def note(line: str, quiet: bool = False) -> None:
+    """One line of progress on stderr (a stage that takes a while), only on a terminal; none when ``quiet``."""
+    if not quiet and sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)
+
+
 def stored_run(args):
     """(connection, run id) for ``--run``, or None when paths were given."""
     ref = run_ref(args)

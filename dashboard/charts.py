@@ -6,13 +6,21 @@ exposed comm vermillion (orange-red), memcpy orange, memset yellow, idle grey; o
 
 from __future__ import annotations
 
+import json
+
 import altair as alt
 import polars as pl
 
 COMPUTE, COMM, EXPOSED = "#0072B2", "#56B4E9", "#D55E00"
 MEMCPY, MEMSET, IDLE, HIGHLIGHT = "#E69F00", "#F0E442", "#BBBBBB", "#000000"
+WINDOW = "#E8ECF1"  # a timeline's step window: where it shows, nothing runs
 KIND_COLORS = {"compute": COMPUTE, "comm": COMM, "memcpy": MEMCPY, "memset": MEMSET, "exposed": EXPOSED}
+# the timeline's key: comm left sky blue is the hidden part (its exposed part is drawn on top)
+KIND_LABELS = {"comm": "hidden comm", "exposed": "exposed comm", "idle": "idle (the step's window)"}
 LANE_PX = 26
+# Drawn as SVG: text a reader can select, and that a browser test can read (a legend or
+# label cut with an ellipsis). The timeline and the heatmap keep the canvas (many marks).
+SVG = {"embedOptions": {"renderer": "svg"}}
 
 
 def _frame(rows: list[dict], columns: list[str] | None = None) -> pl.DataFrame:
@@ -61,17 +69,19 @@ def step_breakdown(rank_rows: list[dict], highlight_rank: int | None = None) -> 
                  alt.Tooltip("overlap_pct:Q", title="overlap %", format=".1f")],
     ).transform_calculate(
         part_order=f"indexof({parts!r}, datum.part)"
-    ).properties(height=260)
+    ).properties(usermeta=SVG, height=260)
 
 
-def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[int, int] | None = None) -> alt.Chart:
-    """Rank x step grid coloured by ``metric``; the highlighted (slowest) cell is outlined."""
+def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[int, int] | None = None,
+                 title: str | None = None) -> alt.Chart:
+    """Rank x step grid coloured by ``metric`` (its legend titled ``title``); the highlighted
+    (slowest) cell is outlined."""
     df = _frame([{**s, "slowest": (s["rank"], s["step"]) == highlight} for s in steps],
                 ["rank", "step", metric, "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "slowest"])
     base = alt.Chart(df).encode(x=alt.X("step:O", title="step", axis=alt.Axis(labelAngle=0, labelOverlap=False)),
                                 y=alt.Y("rank:O", title="rank", axis=alt.Axis(labelOverlap=False)))
     cells = base.mark_rect().encode(
-        color=alt.Color(f"{metric}:Q", title=metric.replace("_", " "), scale=alt.Scale(scheme="purples")),
+        color=alt.Color(f"{metric}:Q", title=title or metric.replace("_", " "), scale=alt.Scale(scheme="purples")),
         tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("step:O"),
                  *[alt.Tooltip(f"{c}:Q", format=".3f") for c in ("step_ms", "compute_ms", "comm_ms",
                                                                    "exposed_comm_ms", "idle_ms", "other_ms",
@@ -96,9 +106,9 @@ def timeline(tl: dict) -> alt.LayerChart:
                "coll_id", "phase", "collective", "bytes", "coll_comm_ms", "coll_exposed_ms"]
     marks, exposed = _frame(tl["marks"], columns), _frame(tl["exposed"], columns)
     windows = {w["rank"]: (w.get("start_ms", 0.0), w.get("end_ms", w["window_ms"])) for w in tl["windows"]}
-    background = _frame([{"lane": lane["lane"], "start_ms": windows.get(lane["rank"], (0.0, 0.0))[0],
+    background = _frame([{"lane": lane["lane"], "kind": "idle", "start_ms": windows.get(lane["rank"], (0.0, 0.0))[0],
                           "end_ms": windows.get(lane["rank"], (0.0, 0.0))[1]}
-                         for lane in tl["lanes"]], columns=["lane", "start_ms", "end_ms"])
+                         for lane in tl["lanes"]], columns=["lane", "kind", "start_ms", "end_ms"])
     kinds = [k for k in KIND_COLORS if k in set(marks["kind"]) | set(exposed["kind"])] or ["compute"]
     y = alt.Y("lane:N", sort=lanes, title=None, axis=alt.Axis(labelLimit=260, labelOverlap=False))
     first_ms = min((a for a, _ in windows.values()), default=0.0)
@@ -115,10 +125,17 @@ def timeline(tl: dict) -> alt.LayerChart:
                alt.Tooltip("coll_comm_ms:Q", title="collective comm (ms)", format=".3f"),
                alt.Tooltip("coll_exposed_ms:Q", title="collective exposed (ms)", format=".3f")]
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
-    back = alt.Chart(background).mark_bar(color="#f1f5f9").encode(x=x, x2="end_ms:Q", y=y).add_params(zoom)
-    color = alt.Color("kind:N", title=None, scale=_kind_scale(kinds), sort=kinds)
+    # one key above the lanes, the step's window (idle where it shows) included
+    keyed = kinds + ["idle"]
+    scale = alt.Scale(domain=keyed, range=[KIND_COLORS.get(k, WINDOW) for k in keyed])
+    label = " : ".join(f"datum.label == {json.dumps(k)} ? {json.dumps(v)}" for k, v in KIND_LABELS.items()) \
+        + " : datum.label"
+    color = alt.Color("kind:N", title=None, scale=scale, sort=keyed,
+                      legend=alt.Legend(orient="top", direction="horizontal", labelExpr=label, labelLimit=0,
+                                        symbolType="square", symbolStrokeWidth=0))
+    back = alt.Chart(background).mark_bar().encode(x=x, x2="end_ms:Q", y=y, color=color).add_params(zoom)
     # an outline of the bar's own colour keeps a kernel of a fraction of a pixel visible
-    stroke = alt.Stroke("kind:N", scale=_kind_scale(kinds), legend=None)
+    stroke = alt.Stroke("kind:N", scale=scale, legend=None)
     drawn = alt.Chart(marks).mark_bar(strokeWidth=1).encode(x=x, x2="end_ms:Q", y=y, color=color, stroke=stroke,
                                                            tooltip=tooltip)
     hidden = alt.Chart(exposed).mark_bar(strokeWidth=1).encode(x=x, x2="end_ms:Q", y=y, color=color, stroke=stroke,
@@ -142,7 +159,7 @@ def exposed_hidden(groups: list[dict]) -> alt.Chart:
         tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("comm_ms:Q", format=".3f"),
                  alt.Tooltip("bytes:Q", format=","), alt.Tooltip("count:Q", title="collectives"),
                  alt.Tooltip("busbw_gbps:Q", title="bus bandwidth (GB/s)", format=".3f")],
-    ).properties(height=max(120, 22 * len(order)))
+    ).properties(usermeta=SVG, height=max(120, 22 * len(order)))
 
 
 def bus_bandwidth(groups: list[dict], measured_gbps: float | None = None) -> alt.Chart:
@@ -160,7 +177,7 @@ def bus_bandwidth(groups: list[dict], measured_gbps: float | None = None) -> alt
         text = alt.Chart(level).mark_text(align="left", baseline="top", dx=4, y=2, color=HIGHLIGHT).encode(
             x="w:Q", text="label:N")
         chart = bars + rule + text
-    return chart.properties(height=max(120, 22 * max(1, len(df))))
+    return chart.properties(usermeta=SVG, height=max(120, 22 * max(1, len(df))))
 
 
 def predicted_vs_measured(groups: list[dict]) -> alt.Chart:
@@ -177,7 +194,7 @@ def predicted_vs_measured(groups: list[dict]) -> alt.Chart:
         x=alt.X("ms:Q", title="ms per collective"),
         color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(fields.values()), range=colors)),
         tooltip=["group:N", "what:N", alt.Tooltip("ms:Q", format=".3f")],
-    ).properties(height=max(160, 44 * len(df)))
+    ).properties(usermeta=SVG, height=max(160, 44 * len(df)))
 
 
 # --- model -------------------------------------------------------------------------
@@ -193,23 +210,30 @@ def hide_ratio(curve: list[dict], t_hide: float, points: list[dict],
     y = alt.Y("ratio:Q", scale=alt.Scale(type="log"), title="comm time / backward time")
     line = alt.Chart(df).mark_line(color=COMPUTE).encode(x=x, y=y, tooltip=[alt.Tooltip("tokens:Q", format=",.0f"),
                                                                            alt.Tooltip("ratio:Q", format=".3f")])
-    one = alt.Chart(_frame([{"ratio": 1.0}])).mark_rule(color="#64748b", strokeDash=[4, 3]).encode(y="ratio:Q")
+    one_row = _frame([{"ratio": 1.0, "tokens": df["tokens"].min() if len(df) else t_hide,
+                       "label": "ratio 1: comm takes as long as the backward"}])
+    one = alt.Chart(one_row).mark_rule(color="#64748b", strokeDash=[4, 3]).encode(y="ratio:Q", tooltip=["label:N"])
+    one_label = alt.Chart(one_row).mark_text(align="left", baseline="top", dx=4, dy=4, color="#64748b").encode(
+        x="tokens:Q", y="ratio:Q", text="label:N")
     at = alt.Chart(_frame([{"tokens": t_hide, "label": f"T_hide = {t_hide:,.0f} tokens"}])).mark_rule(
         color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="tokens:Q", tooltip=["label:N"])
     label = alt.Chart(_frame([{"tokens": t_hide, "ratio": 1.0, "label": f"T_hide ≈ {t_hide:,.0f}"}])).mark_text(
         align="left", dx=6, dy=-8, color=HIGHLIGHT).encode(x="tokens:Q", y="ratio:Q", text="label:N")
-    layers = [line, one, at, label]
+    layers = [line, one, one_label, at, label]
     if measured_ratio is not None and not points:
-        level = _frame([{"ratio": measured_ratio, "label": f"measured {measured_ratio:.3g} (T unknown)"}])
+        level = _frame([{"ratio": measured_ratio, "tokens": one_row["tokens"][0],
+                         "label": f"measured {measured_ratio:.3g} (T unknown)"}])
         layers.append(alt.Chart(level).mark_rule(color=MEMCPY, strokeDash=[2, 2]).encode(y="ratio:Q",
                                                                                        tooltip=["label:N"]))
+        layers.append(alt.Chart(level).mark_text(align="left", baseline="bottom", dx=4, dy=-3, color=MEMCPY).encode(
+            x="tokens:Q", y="ratio:Q", text="label:N"))
     if points:
         layers.append(alt.Chart(_frame(points)).mark_point(size=120, filled=True).encode(
             x="tokens:Q", y="ratio:Q",
             color=alt.Color("source:N", title="this run",
                             scale=alt.Scale(domain=["model (F, W)", "measured"], range=["#1e3a8a", MEMCPY])),
             tooltip=["source:N", alt.Tooltip("tokens:Q", format=",.0f"), alt.Tooltip("ratio:Q", format=".3f")]))
-    return alt.layer(*layers).properties(height=320)
+    return alt.layer(*layers).properties(usermeta=SVG, height=320)
 
 
 def _byte_unit(largest: float) -> tuple[str, float]:
@@ -217,6 +241,10 @@ def _byte_unit(largest: float) -> tuple[str, float]:
         if largest >= size:
             return name, size
     return "bytes", 1.0
+
+
+# device memory: a black dashed line, the limit; the measured peak: a solid vermillion line
+MEMORY_LIMITS = {"device memory": (HIGHLIGHT, [6, 4]), "measured peak": (EXPOSED, [1, 0])}
 
 
 def memory(rows: list[dict], device_bytes: float | None = None, peak_bytes: float | None = None) -> alt.LayerChart:
@@ -233,51 +261,60 @@ def memory(rows: list[dict], device_bytes: float | None = None, peak_bytes: floa
                         scale=alt.Scale(range=[COMPUTE, COMM, "#94a3b8"])),
         tooltip=["stage:N", "part:N", alt.Tooltip("amount:Q", title=unit, format=".4g"),
                  alt.Tooltip("total:Q", title=f"stage total ({unit})", format=".4g")])
-    limits = {"device memory": (device_bytes, HIGHLIGHT), "measured peak": (peak_bytes, "#0f172a")}
     rules = [{"amount": value / size, "what": what, "label": f"{what}: {value / size:.3g} {unit}"}
-             for what, (value, _) in limits.items() if value]
+             for what, value in (("device memory", device_bytes), ("measured peak", peak_bytes)) if value]
     if not rules:
-        return alt.layer(bars).properties(height=300)
-    lines = alt.Chart(_frame(rules)).mark_rule(strokeWidth=2, strokeDash=[5, 3]).encode(
-        y="amount:Q", tooltip=["label:N"],
-        color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(limits),
-                                                              range=[c for _, c in limits.values()])))
-    return alt.layer(bars, lines).resolve_scale(color="independent").properties(height=300)
+        return alt.layer(bars).properties(usermeta=SVG, height=300)
+    drawn = [r["what"] for r in rules]
+    colors = alt.Scale(domain=drawn, range=[MEMORY_LIMITS[w][0] for w in drawn])
+    color = alt.Color("what:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0), scale=colors)
+    dash = alt.StrokeDash("what:N", legend=None,
+                          scale=alt.Scale(domain=drawn, range=[MEMORY_LIMITS[w][1] for w in drawn]))
+    lines = alt.Chart(_frame(rules)).mark_rule(strokeWidth=2).encode(y="amount:Q", tooltip=["label:N"],
+                                                                     color=color, strokeDash=dash)
+    # each line's label at its left end, above it
+    text = alt.Chart(_frame(rules)).mark_text(align="left", baseline="bottom", dy=-3, x=4, fontWeight="bold").encode(
+        y="amount:Q", text="label:N", color=alt.Color("what:N", scale=colors, legend=None))
+    return alt.layer(bars, lines, text).resolve_scale(color="independent").properties(usermeta=SVG, height=300)
 
 
 # --- compare -----------------------------------------------------------------------
 
 
-def compare_steps(rows: list[dict], metric: str = "step_ms") -> alt.Chart:
-    """Two runs side by side per profiled step (by position), mean over ranks."""
+def compare_steps(rows: list[dict], metric: str = "step_ms", title: str | None = None) -> alt.Chart:
+    """Two runs side by side per profiled step (by position), mean over ranks; ``title``: the y axis'."""
     df = _frame(rows, ["run", "step_index", "step", metric])
     return alt.Chart(df).mark_bar().encode(
         x=alt.X("step_index:O", title="profiled step (position)", axis=alt.Axis(labelAngle=0, labelOverlap=False)),
         xOffset="run:N",
-        y=alt.Y(f"{metric}:Q", title=metric.replace("_", " ")),
+        y=alt.Y(f"{metric}:Q", title=title or metric.replace("_", " ")),
         color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY]),
                         legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
-        tooltip=["run:N", "step:O", alt.Tooltip(f"{metric}:Q", format=".3f")],
-    ).properties(height=260)
+        tooltip=["run:N", "step:O", alt.Tooltip(f"{metric}:Q", title=title or metric, format=".3f")],
+    ).properties(usermeta=SVG, height=260)
 
 
-def compare_groups(rows: list[dict], metric: str = "exposed_ms") -> alt.Chart:
-    """Two runs side by side per bucket/unit/phase."""
+def compare_groups(rows: list[dict], metric: str = "exposed_ms", title: str | None = None) -> alt.Chart:
+    """Two runs side by side per bucket/unit/phase; ``title``: the x axis'."""
     df = _frame(rows, ["run", "group", metric])
     groups = list(dict.fromkeys(r["group"] for r in rows))
     return alt.Chart(df).mark_bar().encode(
         y=alt.Y("group:N", sort=groups, title=None, axis=alt.Axis(labelLimit=280, labelOverlap=False)),
         yOffset="run:N",
-        x=alt.X(f"{metric}:Q", title=metric.replace("_", " ")),
+        x=alt.X(f"{metric}:Q", title=title or metric.replace("_", " ")),
         color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY]),
                         legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
         tooltip=["run:N", "group:N", alt.Tooltip(f"{metric}:Q", format=".3f")],
-    ).properties(height=max(120, 36 * len(groups)))
+    ).properties(usermeta=SVG, height=max(120, 36 * len(groups)))
 
 
 # --- history -----------------------------------------------------------------------
 
 PICK = "pick"  # the History chart's click selection (Streamlit returns the picked run's id)
+# Tableau 20, its ten dark colours first, then their light tints: 20 names before a colour repeats.
+NAME_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#b6992d", "#499894", "#e15759", "#79706e", "#d37295", "#b07aa1",
+               "#9d7660", "#a0cbe8", "#ffbe7d", "#8cd17d", "#f1ce63", "#86bcb6", "#ff9d9a", "#bab0ac", "#fabfd2",
+               "#d4a6c8", "#d7b5a6"]
 
 
 def history(rows: list[dict], metric: str, title: str) -> alt.LayerChart:
@@ -291,7 +328,9 @@ def history(rows: list[dict], metric: str, title: str) -> alt.LayerChart:
     x = alt.X("created_at:T", title="stored (UTC)", scale=alt.Scale(type="utc"),
               axis=alt.Axis(format="%b %d %H:%M", labelOverlap=True))
     y = alt.Y("value:Q", title=title, scale=alt.Scale(zero=False))
-    color = alt.Color("name:N", title="run name", sort=names, scale=alt.Scale(scheme="tableau10"))
+    # below the chart in columns, whole names (CI names are long); no colour repeats for 20 names
+    color = alt.Color("name:N", title="run name", sort=names, scale=alt.Scale(domain=names, range=NAME_COLORS),
+                      legend=alt.Legend(orient="bottom", columns=min(3, max(1, len(names))), labelLimit=0))
     tooltip = [alt.Tooltip("name:N"), alt.Tooltip("run_id:O", title="run"),
                alt.Tooltip("stored:N", title="stored (UTC)"), alt.Tooltip("value:Q", title=metric, format=".3f"),
                alt.Tooltip("tags:N"), alt.Tooltip("pushed_by:N", title="pushed by"),
@@ -304,8 +343,7 @@ def history(rows: list[dict], metric: str, title: str) -> alt.LayerChart:
     marked = base.transform_filter(alt.datum.regression).mark_point(
         shape="triangle-up", filled=True, size=260, color=HIGHLIGHT, stroke="white", strokeWidth=1).encode(
         x=x, y=y, tooltip=tooltip)
-    return alt.layer(lines, points, marked).properties(
-        height=340, usermeta={"embedOptions": {"renderer": "svg"}})
+    return alt.layer(lines, points, marked).properties(height=340, usermeta=SVG)
 
 
 # --- what if -----------------------------------------------------------------------
@@ -335,4 +373,4 @@ def whatif_sweep(points: list[dict], measured: dict, name: str) -> alt.LayerChar
     text = alt.Chart(_frame(levels, ["ms", "label", "series"])).mark_text(
         align="left", baseline="bottom", dy=-3, x=4).encode(
         y="ms:Q", text="label:N", color=alt.Color("series:N", scale=scale, legend=None))
-    return alt.layer(lines, rule, text).properties(height=300)
+    return alt.layer(lines, rule, text).properties(usermeta=SVG, height=300)

@@ -46,15 +46,16 @@ def write(db: str, work, wait_s: float | None = None):
 
 
 def prepare_catalog(db: str, load_samples: bool, samples_dir: str | None = None) -> list[int]:
-    """Create the catalog if needed; load the sample runs into an empty one."""
+    """Create the catalog if needed; load the sample runs a catalog of samples only lacks
+    (``catalog.missing_samples``: all of them into an empty one)."""
+    folder = Path(samples_dir) if samples_dir else catalog.SAMPLES_DIR
     if Path(db).exists():
         with connect(db) as con:
-            if sql.one(con, "catalog.count")[0] or not load_samples:
+            if not load_samples or not catalog.missing_samples(con, folder):
                 return []
     if not load_samples:
         write(db, lambda con: None)  # creates the file
         return []
-    folder = Path(samples_dir) if samples_dir else catalog.SAMPLES_DIR
     return write(db, lambda con: catalog.ensure_samples(con, folder))
 
 

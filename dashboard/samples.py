@@ -1,5 +1,8 @@
 """The sample runs loaded into an empty catalog while the dashboard already serves.
 
+A catalog that holds only some of the samples (the first start was stopped while they
+loaded) gets the rest on the next start; one with a run of the user's own gets none.
+
 ``overlapscope dashboard`` starts the server at once and stores the samples one run
 at a time on the catalog's single writer (analyzer/store/access.py), printing a
 progress line; the pages see each run as soon as it is committed, and while the
@@ -39,7 +42,7 @@ def _load(db: str, bundles: list[Path], quiet: bool) -> None:
     shared = access.shared(db)
     try:
         for bundle in bundles:
-            shared.write(lambda con, b=bundle: catalog.ingest(con, [str(b)], name=f"sample/{b.name}",
+            shared.write(lambda con, b=bundle: catalog.ingest(con, [str(b)], name=catalog.sample_name(b),
                                                               tags={"sample": "true"}), 600.0)
             PROGRESS.done += 1
             if not quiet:
@@ -53,14 +56,11 @@ def _load(db: str, bundles: list[Path], quiet: bool) -> None:
 
 
 def start(db: str, samples_dir: Path, quiet: bool = False) -> threading.Thread | None:
-    """Begin loading the samples into ``db`` when it holds no run; None when there is nothing to load."""
-    bundles = catalog.sample_bundles(samples_dir)
+    """Begin loading the samples ``db`` lacks (``catalog.missing_samples``: all of them into an
+    empty catalog, the rest of them after a first start stopped while loading, none once the
+    user has stored a run); None when there is nothing to load."""
+    bundles = access.shared(db).write(lambda con: catalog.missing_samples(con, samples_dir), 600.0)
     if not bundles:
-        return None
-    from overlapscope.analyzer import sql
-
-    count = access.shared(db).write(lambda con: sql.one(con, "catalog.count")[0], 600.0)
-    if count:
         return None
     PROGRESS.total, PROGRESS.done, PROGRESS.running, PROGRESS.error = len(bundles), 0, True, None
     thread = threading.Thread(target=_load, args=(db, bundles, quiet), name="overlapscope-samples", daemon=True)

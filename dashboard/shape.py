@@ -6,6 +6,7 @@ Rows are per rank, step, bucket or unit (tens to thousands), never per event.
 from __future__ import annotations
 
 import math
+import shlex
 import statistics
 from collections import defaultdict
 
@@ -262,6 +263,12 @@ def history_names(rows: list[dict]) -> list[dict]:
     return sorted(out.values(), key=lambda e: e["name"])
 
 
+def whatif_command(name: str, label: str, sweep: str | None = None) -> str:
+    """The ``overlapscope whatif`` line that predicts what the panel shows (quoted for a shell)."""
+    return (f"overlapscope whatif --run {shlex.quote(name)}" + ("" if label == "no change" else f" {label}")
+            + (f" --sweep {shlex.quote(sweep)}" if sweep else ""))
+
+
 def whatif_points(sweep: dict) -> list[dict]:
     """The rows of the What if chart: one per swept value (``whatif`` JSON's ``sweep``)."""
     rows = []
@@ -274,7 +281,19 @@ def whatif_points(sweep: dict) -> list[dict]:
 
 
 # --- readable tables ---------------------------------------------------------------
-# key -> (header with its unit, decimals, what the column is; why a row may have none)
+# The names of the figures on buttons, axes and legends (the JSON keys stay the contract's).
+FIGURE_LABELS = {"step_ms": "step (ms)", "exposed_comm_ms": "exposed comm (ms)", "overlap_pct": "overlap (%)",
+                 "idle_ms": "idle (ms)", "comm_ms": "comm (ms)", "compute_ms": "compute (ms)",
+                 "exposed_pct": "exposed share (%)", "exposed_ms": "exposed comm (ms)"}
+
+
+def figure_label(key: str) -> str:
+    """``exposed_comm_ms`` -> ``exposed comm (ms)``; a key without a label reads as words."""
+    return FIGURE_LABELS.get(key, key.replace("_", " "))
+
+
+# key -> (header with its unit, decimals (None: text), what the column is; why a row may have none).
+# Headers stay short: a table fits the page at 1400 px with the menu open.
 RANK_TABLE = {
     "rank": ("rank", 0, "The rank (distributedInfo)."),
     "steps": ("steps", 0, "Profiled steps of the rank."),
@@ -300,30 +319,133 @@ STEP_TABLE = {
     "step_ms": ("step (ms)", 2, "The step's window: ProfilerStep on the host, the device work it launched."),
     "compute_ms": ("compute (ms)", 2, "Union of compute in the step."),
     "comm_ms": ("comm (ms)", 2, "Union of comm the step launched."),
-    "exposed_comm_ms": ("exposed comm (ms)", 2, "Comm not covered by compute."),
+    "exposed_comm_ms": ("exposed (ms)", 2, "Exposed comm: comm not covered by compute."),
     "overlap_pct": ("overlap (%)", 1, "100 x (comm - exposed) / comm. –: no comm in the step."),
     "idle_ms": ("idle (ms)", 2, "Neither compute nor comm."),
-    "other_ms": ("memcpy/memset only (ms)", 2, "Time with only copies or memsets running."),
-    "spill_in_ms": ("from previous step (ms)", 2, "Device work of the previous step still running in this one."),
-    "spill_out_ms": ("into next step (ms)", 2, "Device work of this step still running in the next one."),
+    "other_ms": ("copies (ms)", 2, "Time with only memcpy or memset running."),
+    "spill_in_ms": ("from prev. (ms)", 2, "Device work of the previous step still running in this one."),
+    "spill_out_ms": ("into next (ms)", 2, "Device work of this step still running in the next one."),
 }
+GROUP_TABLE = {  # Buckets & units: per bucket, unit or collective and phase (shape.group_rows)
+    "group": ("bucket or unit · phase", None, "The DDP bucket, FSDP unit or other collective, and its phase."),
+    "count": ("count", 0, "Collectives of the group over all ranks and profiled steps."),
+    "size_mb": ("MB", 2, "Bytes per collective, in MB (10^6 bytes). –: the trace gives no size."),
+    "comm_ms": ("comm (ms)", 3, "Mean time of one collective."),
+    "exposed_ms": ("exposed (ms)", 3, "Mean exposed time of one collective (no compute of the rank runs)."),
+    "busbw_gbps": ("bus GB/s", 2, "Median bus bandwidth (nccl-tests). –: the trace gives no size."),
+    "predicted_comm_ms": ("model comm (ms)", 3, "Predicted from the bytes, W and the latency term. "
+                          "–: the model needs W."),
+    "predicted_exposed_ms": ("model exposed (ms)", 3, "Predicted by the model's overlap timeline. "
+                             "–: the model needs W."),
+}
+BUCKET_STEP_TABLE = {  # Buckets & units: per rank and step, measured beside predicted
+    "rank": ("rank", 0, "The rank."),
+    "step": ("step", 0, "The ProfilerStep number."),
+    "step_ms": ("step (ms)", 2, "The step's window."),
+    "collectives": ("collectives", 0, "Collectives the step launched."),
+    "comm_ms": ("comm (ms)", 2, "Union of the step's comm."),
+    "exposed_comm_ms": ("exposed (ms)", 2, "Comm not covered by compute."),
+    "predicted_comm_ms": ("model comm (ms)", 2, "The model's comm for the step's collectives. "
+                          "–: no collective of the step has a prediction (W unknown)."),
+    "predicted_exposed_ms": ("model exposed (ms)", 2, "The model's exposed comm for the step. "
+                             "–: no collective of the step has a prediction (W unknown)."),
+}
+WINDOW_TABLE = {  # Timeline: each rank's window of the drawn step
+    "rank": ("rank", 0, "The rank."),
+    "start_ms": ("starts at (ms)", 3, "The rank's step start on the chart's time axis."),
+    "window_ms": ("window (ms)", 2, "The rank's step window."),
+    "compute_ms": ("compute (ms)", 2, "Union of compute in the window."),
+    "comm_ms": ("comm (ms)", 2, "Union of comm in the window."),
+    "exposed_ms": ("exposed comm (ms)", 2, "Comm in the window not covered by compute."),
+    "clock_offset_ms": ("clock offset (ms)", 3, "Added to the rank's times to put the ranks on one clock "
+                        "(0 with the clocks apart)."),
+}
+SIDE_BY_SIDE_TABLE = {  # Compare: every headline metric of both runs
+    "metric": ("metric", None, "A headline figure: the median step of the slowest rank."),
+    "baseline_value": ("run A", 2, "Run A's figure. –: not measured (no comm, no steps)."),
+    "value": ("run B", 2, "Run B's figure. –: not measured (no comm, no steps)."),
+    "change": ("B − A", 2, "Run B's figure minus run A's. –: one of them has none."),
+    "worse_pct": ("B worse by (%)", 1, "How much worse B is than A, in % of A; negative: better. "
+                  "–: one has none, or A's is 0."),
+    "verdict": ("B is", None, "better, worse or the same, for this metric's direction. –: one has none."),
+}
+COMPARE_GROUP_TABLE = {  # Compare: buckets and units that changed most
+    "label": ("bucket or unit · phase", None, "The DDP bucket, FSDP unit or other collective, and its phase."),
+    "baseline_exposed_ms": ("A exposed (ms)", 3, "Mean exposed time per collective in run A. "
+                            "–: run A has no such group."),
+    "exposed_ms": ("B exposed (ms)", 3, "Mean exposed time per collective in run B. –: run B has no such group."),
+    "change_ms": ("B − A (ms)", 3, "Change of the exposed time (a group only one run has counts from 0)."),
+    "baseline_comm_ms": ("A comm (ms)", 3, "Mean time per collective in run A. –: run A has no such group."),
+    "comm_ms": ("B comm (ms)", 3, "Mean time per collective in run B. –: run B has no such group."),
+}
+DISAGREEMENT_TABLE = {  # Model: where the model and the measurement disagree
+    "rank": ("rank", 0, "The rank."),
+    "step": ("step", 0, "The ProfilerStep number."),
+    "verdict": ("model's verdict", None, "hidden, marginal or exposed, from F, W and the tokens."),
+    "measured_exposed_ms": ("measured exposed (ms)", 2, "Exposed comm measured in the step."),
+    "model_exposed_ms": ("model exposed (ms)", 2, "Exposed comm the model's overlap timeline predicts."),
+    "explained_by": ("explained by", None, "The term that explains most of the gap (see below)."),
+    "term_ms": ("term (ms)", 2, "That term's figure per step."),
+}
+WHATIF_COLLECTIVE_TABLE = {  # Model, What if: the predicted collectives of one step
+    "id": ("bucket or unit", None, "The DDP bucket index or FSDP unit name."),
+    "phase": ("phase", None, "The collective's phase."),
+    "size_mb": ("MB", 2, "Bytes per collective, in MB (10^6 bytes)."),
+    "link": ("link", None, "intra, or inter for HSDP's replicas."),
+    "measured_ms": ("measured (ms)", 3, "As measured. –: a collective the change created."),
+    "predicted_ms": ("predicted (ms)", 3, "The replay's time for it under the changes."),
+    "model_ms": ("model (ms)", 3, "The comm model's time from the bytes and W."),
+    "exposed_ms": ("exposed (ms)", 3, "Exposed in the replay."),
+    "hidden_by": ("hidden by", None, "The compute that hides it. –: nothing hides it."),
+}
+
+
+def history_name_table(metric_label: str) -> dict:
+    """History's table of run names; the latest value is of the chosen metric."""
+    return {"name": ("run name", None, "Runs of one name make one line."),
+            "runs": ("runs", 0, "Runs of this name the filter shows."),
+            "latest_run": ("latest run", 0, "The id of the newest run of this name."),
+            "latest": (f"latest {metric_label}", 2, "The newest run's figure. –: it has none (no comm, no steps)."),
+            "regressions": ("regressions", 0, "Runs worse than the run before them by more than the bound.")}
+
+
+def regression_table(metric_label: str) -> dict:
+    """History's table of the runs that regressed."""
+    return {"run_id": ("run", 0, "The run's id."),
+            "name": ("run name", None, "The run's name."),
+            "created_at": ("stored (UTC)", None, "When the run was stored."),
+            "value": (metric_label, 2, "The run's figure."),
+            "worse_pct": ("worse by (%)", 1, "Worse than the previous run of its name, in % of that run's."),
+            "tags": ("tags", None, "The run's tags. –: none."),
+            "pushed_by": ("pushed by", None, "The API token's name that pushed it. –: stored locally.")}
+
+
+def with_mb(rows: list[dict], key: str = "bytes") -> list[dict]:
+    """Rows with ``size_mb``: ``key`` in MB (10^6 bytes), None where unknown."""
+    return [{**r, "size_mb": None if r.get(key) is None else r[key] / 1e6} for r in rows]
+
+
+# Columns that are 0 on every row of most runs (no copies on a CPU run, no work across step
+# boundaries): left out then, and named, so the figures that matter fit the page.
+QUIET_WHEN_ZERO = frozenset({"other_ms", "spill_in_ms", "spill_out_ms"})
 
 
 def readable_rows(rows: list[dict], spec: dict) -> tuple[list[dict], list[str], set[str], list[str]]:
     """``rows`` read through ``spec``: numbers rounded as the spec says, a column with no
-    value anywhere left out (its header among the ``empty``), one with gaps as text with a
-    dash. Returns (rows, columns shown, the columns with gaps, empty headers)."""
-    columns = [k for k in spec if any(r.get(k) is not None for r in rows)]
-    empty = [spec[k][0] for k in spec if k not in columns]
+    value anywhere left out (its header among the ``empty``; one of ``QUIET_WHEN_ZERO`` too
+    when 0 on every row), None kept where a row has no value (the table shows a dash; its
+    column is among the ``gaps``). A row's ``mark`` (the slowest row's flag) comes first.
+    Returns (rows, columns shown, the columns with gaps, the headers left out)."""
+    columns = [k for k in spec if any(r.get(k) is not None for r in rows)
+               and not (k in QUIET_WHEN_ZERO and all(not r.get(k) for r in rows))]
+    empty = [spec[k][0] + (" (0 on every row)" if any(r.get(k) is not None for r in rows) else
+                           " (no value on any row)") for k in spec if k not in columns]
     gaps = {k for k in columns if any(r.get(k) is None for r in rows)}
     out = []
     for r in rows:
-        row = {"slowest": r.get("slowest", "")}
+        row = {"mark": r["mark"]} if "mark" in r else {}
         for k in columns:
             v, digits = r.get(k), spec[k][1]
-            if k in gaps:
-                row[k] = "–" if v is None else (f"{v:,.{digits}f}" if isinstance(v, float) else str(v))
-            else:
-                row[k] = round(v, digits) if isinstance(v, float) else v
+            row[k] = round(v, digits) if isinstance(v, float) and digits is not None else v
         out.append(row)
     return out, columns, gaps, empty

@@ -8,7 +8,8 @@ makes every viewer's browser fetch a URL. ``md`` escapes a value for those
 elements: every ASCII punctuation character gets a backslash (CommonMark shows
 an escaped character as itself, so no image, link, emphasis, code, math or
 HTML can start), and control characters become spaces (a newline would end the
-line early).
+line early). Inside a code span nothing is read as Markdown and a backslash shows
+as itself, so ``code`` wraps a value in backticks without escaping it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ def md(value) -> str:
     """``value`` as literal text inside a Markdown element."""
     text = "".join(ch if ch.isprintable() else " " for ch in str(value))
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+
+
+def code(value) -> str:
+    """``value`` as a Markdown code span, shown literally: delimited by one backtick more than
+    its longest run of backticks (CommonMark), padded with a space where it starts or ends with
+    one (the parser takes one space off each side), control characters as spaces."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(value))
+    fence = "`" * (1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == " " and text[-1:] == " ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 _ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")

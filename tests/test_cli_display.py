@@ -53,3 +53,43 @@ def test_top_keeps_the_most_exposed_steps(tmp_path, capsys):
     assert not any("more steps not shown" in line for line in out)
     assert main(["analyze", path]) == 0  # the default: a screenful
     assert any(line.startswith("(10 more steps not shown") for line in _lines(capsys))
+
+
+def _ingest_stderr(tmp_path, name: str, *extra: str, terminal: bool) -> str:
+    """``overlapscope ingest`` of a 2-rank sample in its own process, stderr a terminal (a pty)
+    or a pipe; what it wrote on stderr."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "overlapscope.cli", "ingest", str(SAMPLES / "ddp"), "--run", name,
+            "--db", str(tmp_path / "catalog.duckdb"), "--workers", "1", *extra]
+    if not terminal:
+        done = subprocess.run(argv, capture_output=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        return done.stderr.decode()
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the process closed its end
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=240) == 0
+    proc.stdout.close()
+    return b"".join(chunks).decode()
+
+
+def test_ingest_shows_progress_on_a_terminal_only(tmp_path):
+    shown = _ingest_stderr(tmp_path, "on-a-terminal", terminal=True)
+    # one worker decodes both ranks as one group: the line reaches 2/2, then the run is stored
+    assert 0 <= shown.index("decoding rank 2/2") < shown.index("storing run on-a-terminal")
+    assert _ingest_stderr(tmp_path, "piped", terminal=False) == ""
+    assert _ingest_stderr(tmp_path, "as-json", "--json", terminal=True) == ""

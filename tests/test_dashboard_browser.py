@@ -36,10 +36,53 @@ def _settle(page) -> None:
     page.wait_for_timeout(300)  # charts draw after the script ends
 
 
+# Streamlit scrolls inside its main container, not the document: Playwright's full_page
+# stops at the viewport. The tallest scrolling container's content is the page's height.
+_PAGE_HEIGHT = ("() => Math.max(window.innerHeight, ...[...document.querySelectorAll("
+                "\"[data-testid='stMain'], [data-testid='stSidebarContent']\")].map(e => e.scrollHeight))")
+MAX_SHOT_PX = 16_000  # Chromium's limit for one capture is 16,384 px
+
+
+def shoot(page, path) -> None:
+    """A screenshot of the whole page: the viewport made as tall as the page's content, then
+    set back (the warm timings and the next page see the usual 1000 px)."""
+    size = page.viewport_size
+    for _ in range(3):  # a taller viewport may lay out a little differently: measure again
+        height = min(MAX_SHOT_PX, page.evaluate(_PAGE_HEIGHT))
+        if height <= page.viewport_size["height"]:
+            break
+        page.set_viewport_size({"width": size["width"], "height": height})
+        page.wait_for_timeout(300)
+    page.screenshot(path=str(path))
+    page.set_viewport_size(size)
+
+
+# What a reader cannot read, found in the drawn page: a chart's text cut with an ellipsis
+# (Vega shortens legend and axis labels past their labelLimit; SVG charts only), a table
+# wider than its frame (its right columns hidden behind a scroll bar) and a row of buttons
+# wider than its place (the last ones cut off).
+_CUT = r"""() => {
+  const charts = [...document.querySelectorAll("[data-testid='stVegaLiteChart'] svg text")]
+    .map(t => t.textContent).filter(t => t.includes("\u2026")).map(t => "chart text cut: " + t);
+  const tables = [...document.querySelectorAll("[data-testid='stDataFrame'] .dvn-scroller")]
+    .filter(e => e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1)
+    .map(e => `table wider than its frame: ${e.scrollWidth} px in ${e.clientWidth} px`);
+  const buttons = [...document.querySelectorAll("[data-testid='stButtonGroup'] div")]
+    .filter(e => e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1)
+    .map(e => `buttons cut: ${e.innerText.replace(/\s+/g, " ")}`);
+  return [...charts, ...tables, ...buttons];
+}"""
+
+
+def unreadable(page) -> list[str]:
+    """Cut chart labels and tables wider than the page (see ``_CUT``)."""
+    return page.evaluate(_CUT)
+
+
 def _no_exception(page) -> None:
     shown = page.locator("[data-testid='stException']").all_inner_texts()  # no waiting: what is there now
     if shown:
-        page.screenshot(path=str(ARTIFACTS / "dashboard-exception.png"), full_page=True)
+        shoot(page, ARTIFACTS / "dashboard-exception.png")
     assert not shown, shown[0]
 
 
@@ -47,6 +90,46 @@ def _charts_drawn(page, at_least: int) -> None:
     """At least ``at_least`` Vega-Lite charts, each drawn (a canvas or an svg inside)."""
     page.wait_for_function(
         f"document.querySelectorAll(\"{CHART} canvas, {CHART} svg.marks\").length >= {at_least}", timeout=WAIT_MS)
+
+
+# Done drawing: no script running, nothing stale, every chart drawn, and the page's height and
+# element count unchanged for ``quiet`` ms (a page switch may start its script after a click
+# returns, and the charts draw after the script ends).
+_QUIET = """(quiet) => {
+  const main = document.querySelector("[data-testid='stMain']");
+  const busy = !main || document.querySelector("[data-testid='stStatusWidget'], [data-stale='true']") ||
+    [...document.querySelectorAll("[data-testid='stVegaLiteChart']")].some(c => !c.querySelector("canvas, svg.marks"));
+  const sig = busy ? null : main.scrollHeight + ":" + main.getElementsByTagName("*").length;
+  if (sig === null || sig !== window.__osSig) { window.__osSig = sig; window.__osSince = Date.now(); return false; }
+  return Date.now() - window.__osSince >= quiet;
+}"""
+
+
+def open_page(page, title: str, quiet_ms: int = 1000) -> float:
+    """Click a page in the menu and wait until its heading shows and it is done drawing
+    (``_QUIET``); returns the seconds until it was done, the quiet time not counted."""
+    import time
+
+    started = time.monotonic()
+    page.locator("[data-testid='stSidebarNav']").get_by_text(title, exact=True).click()
+    page.wait_for_function("(h) => [...document.querySelectorAll('h1')].some(e => e.textContent.startsWith(h))",
+                           arg=title.split()[0], timeout=WAIT_MS)
+    page.evaluate("() => { window.__osSig = undefined; }")
+    page.wait_for_function(_QUIET, arg=quiet_ms, timeout=WAIT_MS, polling=100)
+    return time.monotonic() - started - quiet_ms / 1000
+
+
+def expand_all(page, quiet_ms: int = 1000) -> int:
+    """Open every closed expander of the page (the tables inside draw only when open), then wait
+    until it is done drawing; how many were opened."""
+    closed = page.locator("[data-testid='stMain'] [data-testid='stExpander'] details:not([open]) > summary")
+    count = closed.count()
+    for _ in range(count):
+        closed.first.click()
+    if count:
+        page.evaluate("() => { window.__osSig = undefined; }")
+        page.wait_for_function(_QUIET, arg=quiet_ms, timeout=WAIT_MS, polling=100)
+    return count
 
 
 def _open(page, title: str) -> None:
@@ -81,7 +164,7 @@ def test_upload_then_overview_timeline_and_checklist(tmp_path, dashboard_bundles
             _settle(page)
             page.get_by_role("button", name="Analyze and store").click()
             expect(page.get_by_text("Stored run #1 (browser-run)")).to_be_visible(timeout=WAIT_MS)
-            page.screenshot(path=str(ARTIFACTS / "dashboard-upload.png"), full_page=True)
+            shoot(page, ARTIFACTS / "dashboard-upload.png")
 
             _open(page, "Overview")
             expect(page.get_by_role("heading", name="Overview · browser-run")).to_be_visible()
@@ -92,21 +175,21 @@ def test_upload_then_overview_timeline_and_checklist(tmp_path, dashboard_bundles
             expect(figures.nth(3)).to_contain_text("Step time")
             _charts_drawn(page, 2)
             _no_exception(page)
-            page.screenshot(path=str(ARTIFACTS / "dashboard-overview.png"), full_page=True)
+            shoot(page, ARTIFACTS / "dashboard-overview.png")
 
             _open(page, "Timeline")
             expect(page.get_by_role("heading", name="Timeline · browser-run")).to_be_visible()
             _charts_drawn(page, 1)
             expect(page.get_by_text("orange-red comm exposed")).to_be_visible()
             _no_exception(page)
-            page.screenshot(path=str(ARTIFACTS / "dashboard-timeline.png"), full_page=True)
+            shoot(page, ARTIFACTS / "dashboard-timeline.png")
 
             _open(page, "Checklist")
             expect(page.get_by_role("heading", name="Checklist · browser-run")).to_be_visible()
             expect(page.locator("[data-testid='stExpander']").first).to_be_visible()
             expect(page.get_by_text("not applicable")).to_be_visible()
             _no_exception(page)
-            page.screenshot(path=str(ARTIFACTS / "dashboard-checklist.png"), full_page=True)
+            shoot(page, ARTIFACTS / "dashboard-checklist.png")
             browser.close()
     finally:
         stop_server(proc)
@@ -157,7 +240,7 @@ def test_history_draws_one_line_per_name_and_marks_the_regression(tmp_path):
             expect(marks.locator("path")).to_have_count(1)
             expect(page.get_by_text("Showing 5 runs of 2 names")).to_be_visible()
             expect(page.get_by_role("heading", name="Regressions (1)")).to_be_visible()
-            page.screenshot(path=str(ARTIFACTS / "dashboard-history.png"), full_page=True)
+            shoot(page, ARTIFACTS / "dashboard-history.png")
             marks.locator("path").first.click(force=True)
             expect(page.get_by_role("heading", name="Overview · nightly")).to_be_visible(timeout=WAIT_MS)
             expect(page.get_by_role("combobox", name="Run")).to_have_value(re.compile(r"^nightly · #3 "))

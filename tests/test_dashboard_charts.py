@@ -198,7 +198,12 @@ def test_timeline_draws_lanes_marks_and_exposed_on_top():
     assert drawn["encoding"]["y"]["sort"] == ["r0 · stream 7", "r0 · stream 20"]
     scale = drawn["encoding"]["color"]["scale"]
     assert dict(zip(scale["domain"], scale["range"])) == {"compute": charts.COMPUTE, "comm": charts.COMM,
-                                                          "exposed": charts.EXPOSED}
+                                                          "exposed": charts.EXPOSED, "idle": charts.WINDOW}
+    # one key: the window is idle, comm left sky blue reads as hidden comm
+    assert background["encoding"]["color"]["scale"] == scale
+    assert [r["kind"] for r in datasets[background["data"]["name"]]] == ["idle", "idle"]
+    key = drawn["encoding"]["color"]["legend"]
+    assert '"hidden comm"' in key["labelExpr"] and '"exposed comm"' in key["labelExpr"] and key["labelLimit"] == 0
     tooltip_fields = {t["field"] for t in drawn["encoding"]["tooltip"]}
     assert {"name", "coll_id", "phase", "bytes", "dur_ms"} <= tooltip_fields
     assert datasets[background["data"]["name"]][1]["end_ms"] == 0.2
@@ -229,10 +234,13 @@ def test_hide_ratio_chart():
     with_points = charts.hide_ratio(curve, 1000.0, shape.run_points({"tokens": 500.0, "tokens_to_hide": 1000.0}, 1.5))
     layers = _layers(with_points)
     assert layers[0]["encoding"]["x"]["scale"]["type"] == "log"
-    assert len(layers) == 5  # curve, ratio 1, T_hide, its label, this run
+    assert len(layers) == 6  # curve, ratio 1 and its label, T_hide and its label, this run
+    assert layers[2]["mark"]["type"] == "text" and layers[2]["encoding"]["y"]["field"] == "ratio"
+    assert any(r.get("label", "").startswith("ratio 1: ") and r["ratio"] == 1.0 for r in _values(with_points))
     level = charts.hide_ratio(curve, 1000.0, [], measured_ratio=0.5)
-    assert len(_layers(level)) == 5 and "measured 0.5" in str(level.to_dict())
-    assert len(_layers(charts.hide_ratio(curve, 1000.0, []))) == 4
+    assert len(_layers(level)) == 7 and "measured 0.5" in str(level.to_dict())  # the level and its label
+    assert _layers(level)[-1]["mark"]["type"] == "text"
+    assert len(_layers(charts.hide_ratio(curve, 1000.0, []))) == 5
 
 
 def test_memory_chart_picks_a_unit_and_draws_the_limits():
@@ -240,6 +248,15 @@ def test_memory_chart_picks_a_unit_and_draws_the_limits():
     spec = small.to_dict()
     assert "(MB)" in spec["layer"][0]["encoding"]["y"]["title"]
     assert sorted(r["amount"] for r in _values(small) if "what" in r) == [3.0, 25.0]
+    bars, lines, text = _layers(small)
+    # the two limits differ in colour and dash, and each has its label beside it
+    color, dash = lines["encoding"]["color"]["scale"], lines["encoding"]["strokeDash"]["scale"]
+    assert color["domain"] == dash["domain"] == ["device memory", "measured peak"]
+    assert len(set(color["range"])) == 2 and dash["range"][0] != dash["range"][1]
+    assert text["mark"]["type"] == "text" and text["encoding"]["text"]["field"] == "label"
+    assert {r["label"] for r in _values(small) if "label" in r} == {"device memory: 25 MB", "measured peak: 3 MB"}
+    only_peak = _layers(charts.memory(shape.memory_rows(1e6, 2), peak_bytes=3e6))[1]
+    assert only_peak["encoding"]["color"]["scale"]["domain"] == ["measured peak"]
     big = charts.memory(shape.memory_rows(13e9, 32))
     assert len(_layers(big)) == 1 and "(GB)" in str(big.to_dict())
 
@@ -251,3 +268,39 @@ def test_compare_charts():
     groups = shape.compare_groups({"A": {"summary": SUMMARY}, "B": {"summary": SUMMARY}})
     spec = charts.compare_groups(groups).to_dict()
     assert spec["encoding"]["yOffset"]["field"] == "run"
+
+
+def test_history_names_keep_their_colours_and_labels():
+    """20 run names draw 20 colours, and the legend shows every name whole, below the chart."""
+    rows = [{"run_id": i, "name": f"ci/nightly-ddp-accum-nosync-bucket-{i:02d}", "created_at": "2026-01-01 00:00:00",
+             "value": float(i), "tags": "–", "pushed_by": "–", "regression": False, "worse_pct": None}
+            for i in range(20)]
+    spec = charts.history(rows, "step_ms", "step (ms)").to_dict()
+    color = spec["layer"][0]["encoding"]["color"]
+    assert len(set(color["scale"]["range"][:20])) == 20 and len(color["scale"]["domain"]) == 20
+    assert color["legend"]["labelLimit"] == 0 and color["legend"]["orient"] == "bottom"
+
+
+def test_readable_rows_round_and_leave_gaps():
+    spec = {"rank": ("rank", 0, ""), "comm_ms": ("comm (ms)", 2, ""), "hta_pct": ("HTA (%)", 1, ""),
+            "name": ("name", None, ""), "never": ("never (ms)", 2, "")}
+    rows = [{"mark": "◀", "rank": 0, "comm_ms": 1.23456, "hta_pct": None, "name": "a"},
+            {"mark": "", "rank": 1, "comm_ms": 2.0, "hta_pct": 50.04, "name": None}]
+    shown, columns, gaps, empty = shape.readable_rows(rows, spec)
+    assert columns == ["rank", "comm_ms", "hta_pct", "name"] and empty == ["never (ms) (no value on any row)"]
+    assert gaps == {"hta_pct", "name"}
+    assert shown == [{"mark": "◀", "rank": 0, "comm_ms": 1.23, "hta_pct": None, "name": "a"},
+                     {"mark": "", "rank": 1, "comm_ms": 2.0, "hta_pct": 50.0, "name": None}]
+    steps = [{"rank": 0, "spill_in_ms": 0.0, "spill_out_ms": 0.5}, {"rank": 1, "spill_in_ms": 0.0, "spill_out_ms": 0.0}]
+    shown, columns, _, empty = shape.readable_rows(steps, shape.STEP_TABLE)
+    assert columns == ["rank", "spill_out_ms"]  # spill in is 0 everywhere: left out and named
+    assert "from prev. (ms) (0 on every row)" in empty and "step (ms) (no value on any row)" in empty
+    assert shape.with_mb([{"bytes": 2_500_000}, {"bytes": None}]) == [{"bytes": 2_500_000, "size_mb": 2.5},
+                                                                      {"bytes": None, "size_mb": None}]
+
+
+def test_whatif_command_is_a_shell_line():
+    assert shape.whatif_command("sample/hsdp_2x2", "--wrap root-only") == \
+        "overlapscope whatif --run sample/hsdp_2x2 --wrap root-only"
+    assert shape.whatif_command("my run's `name`", "no change", "tokens=0.5x,2x") == \
+        "overlapscope whatif --run 'my run'\"'\"'s `name`' --sweep tokens=0.5x,2x"

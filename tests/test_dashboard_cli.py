@@ -194,3 +194,37 @@ def test_the_samples_load_while_the_server_already_answers(tmp_path, dashboard_b
         stop_server(proc)
     output = proc.stdout.read().decode(errors="replace")
     assert "loading 2 sample runs" in output and "Traceback" not in output
+
+
+def test_a_stopped_first_load_of_the_samples_finishes_on_the_next_start(tmp_path):
+    """A first start stopped after one of three samples: the next start loads the two missing
+    ones (not the stored one again); once the user stores a run of their own, none load."""
+    from conftest import SAMPLES
+    from overlapscope.analyzer.store import access, retention
+    from overlapscope.dashboard import samples as loading
+
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for bundle in ("ddp", "ddp_straggler", "ddp_tiny_buckets"):
+        (folder / bundle).symlink_to(SAMPLES / bundle, target_is_directory=True)
+    db = tmp_path / "catalog.duckdb"
+    con = catalog.open_catalog(db)
+    catalog.ingest(con, [str(folder / "ddp")], name="sample/ddp", tags={"sample": "true"})  # then stopped
+    con.close()
+    try:
+        assert loading.start(str(db), folder, quiet=True) is not None
+        assert loading.PROGRESS.total == 2
+        assert loading.wait(240) and loading.PROGRESS.error is None
+    finally:
+        access.shared(db).stop()
+    con = catalog.open_catalog(db)
+    assert sorted(r["name"] for r in catalog.runs(con)) == ["sample/ddp", "sample/ddp_straggler",
+                                                           "sample/ddp_tiny_buckets"]
+    assert catalog.missing_samples(con, folder) == []
+    # the user's own run, and a sample deleted: it stays deleted
+    catalog.ingest(con, [str(folder / "ddp")], name="mine")
+    retention.delete(con, next(r["run_id"] for r in catalog.runs(con, "sample/ddp_straggler")))
+    assert catalog.missing_samples(con, folder) == []
+    con.close()
+    assert loading.start(str(db), folder, quiet=True) is None
+    access.shared(db).stop()

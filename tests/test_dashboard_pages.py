@@ -45,6 +45,13 @@ def chart_rows(at: AppTest, index: int = 0) -> list[dict]:
     return [row for d in chart.proto.datasets for row in pa.ipc.open_stream(d.data.data).read_all().to_pylist()]
 
 
+def headers(at: AppTest, index: int) -> dict[str, str]:
+    """The ``index``-th table's column headers as the page shows them, by column."""
+    config = json.loads(at.dataframe[index].proto.columns or "{}")
+    return {key.removeprefix("name:") if key.startswith("name:") else key: c.get("label")
+            for key, c in config.items()}
+
+
 def no_errors(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -69,7 +76,7 @@ def test_overview_figures_and_highlights(monkeypatch, dashboard_db):
     breakdown, heatmap = charts(at)
     assert "layer" in heatmap  # the cells and the slowest cell's outline
     ranks, steps = at.dataframe[0].value, at.dataframe[-1].value  # between them: the clock table's expander
-    assert ranks["slowest"].tolist().count("◀") == 1 and steps["slowest"].tolist().count("◀") == 1
+    assert ranks["mark"].tolist().count("◀") == 1 and steps["mark"].tolist().count("◀") == 1
     assert {"compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms", "overlap_pct"} <= set(steps.columns)
 
 
@@ -108,7 +115,8 @@ def test_buckets_page_shows_groups_and_predictions(monkeypatch, dashboard_db):
     no_errors(at)
     assert len(charts(at)) >= 2
     groups = at.dataframe[0].value
-    assert {"exposed_ms", "hidden_ms", "busbw_gbps", "predicted_comm_ms"} <= set(groups.columns)
+    assert {"group", "exposed_ms", "busbw_gbps", "predicted_comm_ms"} <= set(groups.columns)
+    assert headers(at, 0)["exposed_ms"] == "exposed (ms)" and headers(at, 0)["busbw_gbps"] == "bus GB/s"
 
 
 def test_model_page_on_both_runs(monkeypatch, dashboard_db):
@@ -280,7 +288,8 @@ def test_compare_colours_by_better_or_worse_and_warns(monkeypatch, nightly_db):
     at.selectbox(key="cmp_b").set_value(4).run()
     assert not at.warning, "same world size and parallelism"
     groups = at.dataframe[-1].value
-    assert groups["bucket or unit"][0].startswith("bucket ") and groups["B − A (ms)"][0] > 0
+    assert groups["label"][0].startswith("bucket ") and groups["change_ms"][0] > 0
+    assert headers(at, -1)["change_ms"] == "B − A (ms)" and headers(at, -1)["baseline_exposed_ms"] == "A exposed (ms)"
     at.selectbox(key="cmp_a").set_value(2).run()  # the fsdp run: another parallelism
     assert any("parallelism differs" in w.value for w in at.warning)
 

@@ -99,3 +99,16 @@ def test_every_json_key_is_in_the_readme(tmp_path, capsys, monkeypatch):
         if gone:
             missing[" ".join(argv[:2])] = gone
     assert missing == {}
+
+
+def test_no_seed_in_what_a_user_reads():
+    """The model is the data-parallel model (F/W, ring bytes, ZeRO memory), never "the seed's":
+    the word is in no document, page, command or help text; the trainer's RNG flag ``--seed``
+    is the one exception."""
+    texts = {str(p.relative_to(ROOT)): p.read_text() for p in
+             [ROOT / "README.md", ROOT / "tracer" / "README.md", ROOT / "sample_traces" / "README.md",
+              *(ROOT / "docs").rglob("*.md"), *(ROOT / "dashboard").rglob("*.py"), *(ROOT / "cli").rglob("*.py")]}
+    texts.update({f"overlapscope {name} --help": parser.format_help() for name, parser in _commands(_build_parser())})
+    found = {where: line.strip() for where, text in texts.items() for line in text.splitlines()
+             if re.search(r"seed", line.replace("--seed", ""), re.IGNORECASE)}
+    assert found == {}, found

@@ -18,7 +18,7 @@ import pytest
 
 from builders import GpuTrace, write
 from overlapscope.cli import main
-from overlapscope.dashboard.text import md, plain
+from overlapscope.dashboard.text import code, md, plain
 from test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS, _no_exception, _open, _settle
 from test_dashboard_cli import start_server, stop_server
 
@@ -37,6 +37,16 @@ def test_md_escapes_every_character_that_starts_markdown():
     assert plain(escaped) == hostile.replace("\n", " ")  # a reader sees the text itself
     assert md("plain run 42") == "plain run 42"
     assert md("名前") == "名前"
+
+
+def test_code_spans_show_their_text_without_backslashes():
+    """A code span shows its text as it is (CommonMark: no escapes inside), so ``code`` escapes
+    nothing; backticks inside take a longer fence, a leading or trailing one a space of padding."""
+    assert code("--wrap root-only") == "`--wrap root-only`"
+    assert code("overlapscope whatif --run sample/hsdp_2x2") == "`overlapscope whatif --run sample/hsdp_2x2`"
+    assert code("a `b` c") == "``a `b` c``"
+    assert code("`x``") == "``` `x`` ```"
+    assert code("![x](http://a/b.png)\nnext") == "`![x](http://a/b.png) next`"  # literal, on one line
 
 
 class _Attacker(http.server.BaseHTTPRequestHandler):

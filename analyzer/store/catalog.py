@@ -319,11 +319,23 @@ def sample_bundles(samples_dir: Path = SAMPLES_DIR) -> list[Path]:
                   if p.is_dir() and any(p.glob("*.json")) or p.is_dir() and any(p.glob("*.json.gz")))
 
 
-def ensure_samples(con, samples_dir: Path = SAMPLES_DIR) -> list[int]:
-    """Load the sample runs into an empty catalog (a new user sees a real analysis)."""
-    if sql.one(con, "catalog.count")[0]:
+def sample_name(bundle: Path) -> str:
+    """A sample run's name: ``sample/<its folder>`` (stored with the tag sample=true)."""
+    return f"sample/{bundle.name}"
+
+
+def missing_samples(con, samples_dir: Path = SAMPLES_DIR) -> list[Path]:
+    """The sample bundles to load: those not stored yet, while the catalog holds nothing but
+    sample runs. A first start stopped while the samples loaded finishes on the next one; a
+    catalog with a run of the user's own is left as it is."""
+    stored, others = sql.one(con, "catalog.sample_runs")
+    if others:
         return []
-    ids = []
-    for bundle in sample_bundles(samples_dir):
-        ids.append(ingest(con, [str(bundle)], name=f"sample/{bundle.name}", tags={"sample": "true"}))
-    return ids
+    return [b for b in sample_bundles(samples_dir) if sample_name(b) not in set(stored)]
+
+
+def ensure_samples(con, samples_dir: Path = SAMPLES_DIR) -> list[int]:
+    """Load the sample runs a catalog of samples only lacks (all of them into an empty one):
+    a new user sees a real analysis."""
+    return [ingest(con, [str(bundle)], name=sample_name(bundle), tags={"sample": "true"})
+            for bundle in missing_samples(con, samples_dir)]

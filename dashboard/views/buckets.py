@@ -3,10 +3,9 @@ bus bandwidth; the model's prediction beside the measurement."""
 
 from __future__ import annotations
 
-import polars as pl
 import streamlit as st
 
-from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard import charts, context, data, shape, tables
 from overlapscope.dashboard.text import md
 
 KIND_LABELS = {"ddp_bucket": "DDP buckets", "fsdp_unit": "FSDP units", "other": "other collectives"}
@@ -64,9 +63,10 @@ def render() -> None:
             st.info("No prediction: the model needs W (collective sizes or a calibration).")
 
     st.subheader("Per bucket, unit and phase")
-    st.dataframe(pl.DataFrame(groups, infer_schema_length=None), hide_index=True)
+    tables.show(shape.with_mb(groups), shape.GROUP_TABLE)
+    st.caption("Times are the mean of one collective over ranks and steps; hidden = comm − exposed.")
     st.subheader("Per step: measured and predicted")
-    st.dataframe(pl.DataFrame(result["steps"], infer_schema_length=None), hide_index=True)
+    tables.show(result["steps"], shape.BUCKET_STEP_TABLE)
 
 
 render()

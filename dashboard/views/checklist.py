@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from overlapscope.dashboard import context, data, shape
-from overlapscope.dashboard.text import md
+from overlapscope.dashboard.text import code, md
 
 
 def _finding(f: dict) -> None:
@@ -19,7 +19,7 @@ def _finding(f: dict) -> None:
         gain = f.get("predicted_gain_ms")
         if f.get("whatif") and gain is not None and f.get("status") in ("fail", "warn"):
             verb = f"saves **{gain:.2f} ms**" if gain >= 0 else f"costs **{-gain:.2f} ms**"
-            st.markdown(f"**What if.** `{md(f['whatif'])}` {verb} per step (the slowest rank's median step), "
+            st.markdown(f"**What if.** {code(f['whatif'])} {verb} per step (the slowest rank's median step), "
                         "predicted from this trace; the Model page's What if panel shows its terms.")
 
 

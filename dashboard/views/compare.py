@@ -6,11 +6,10 @@ figures, per-bucket/unit figures), so pruned runs compare too.
 
 from __future__ import annotations
 
-import polars as pl
 import streamlit as st
 
 from overlapscope.analyzer import gate
-from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard import charts, context, data, shape, tables
 from overlapscope.dashboard.text import md
 
 # The headline's figures (analyzer/headline.py: the median step of the slowest rank).
@@ -48,11 +47,10 @@ def _headline(a: dict, b: dict, comparison: dict) -> None:
                    help=f"Run B; run A: {'–' if va is None else f'{va:.2f} {unit}'}. Green: B is better.")
 
 
-def _side_by_side(comparison: dict) -> pl.DataFrame:
+def _side_by_side(comparison: dict) -> None:
     """Every headline metric of both runs, the change and whether B is better or worse."""
-    return pl.DataFrame([{"metric": m["metric"], "A": m["baseline_value"], "B": m["value"], "B − A": m["change"],
-                          "worse by %": m["worse_pct"], "B is": m["verdict"] or "–"}
-                         for m in comparison["metrics"]], infer_schema_length=None)
+    tables.show([{**m, "metric": shape.figure_label(m["metric"])} for m in comparison["metrics"]],
+                shape.SIDE_BY_SIDE_TABLE)
 
 
 def _groups(comparison: dict, names: dict) -> None:
@@ -62,11 +60,9 @@ def _groups(comparison: dict, names: dict) -> None:
         return
     rows = [{"run": names[side], "group": g["label"], "exposed_ms": g[key]}
             for g in changed[:TOP_CHART] for side, key in (("A", "baseline_exposed_ms"), ("B", "exposed_ms"))]
-    st.altair_chart(charts.compare_groups(rows, "exposed_ms"), width="stretch")
-    st.dataframe(pl.DataFrame([{"bucket or unit": g["label"], "A exposed_ms": g["baseline_exposed_ms"],
-                                "B exposed_ms": g["exposed_ms"], "B − A (ms)": g["change_ms"],
-                                "A comm_ms": g["baseline_comm_ms"], "B comm_ms": g["comm_ms"]}
-                               for g in changed[:TOP_GROUPS]], infer_schema_length=None), hide_index=True)
+    st.altair_chart(charts.compare_groups(rows, "exposed_ms", "mean exposed comm per collective (ms)"),
+                    width="stretch")
+    tables.show(changed[:TOP_GROUPS], shape.COMPARE_GROUP_TABLE)
     st.caption("Mean exposed time per collective of each bucket, unit or other collective, largest change "
                "first; a group only one run has counts from zero.")
 
@@ -85,13 +81,13 @@ def render() -> None:
         st.warning(f"These runs may not be comparable: {md(warning)}.", icon=":material/warning:")
     _headline(a, b, comparison)
     with st.expander("Every headline metric, side by side"):
-        st.dataframe(_side_by_side(comparison), hide_index=True)
+        _side_by_side(comparison)
     analyses = {names["A"]: data.analysis(*ctx.key(a)), names["B"]: data.analysis(*ctx.key(b))}
     st.subheader("Per profiled step (mean over ranks)")
     metric = st.segmented_control("Metric", ["step_ms", "exposed_comm_ms", "comm_ms", "compute_ms"],
-                                  default="step_ms", key="cmp_metric") or "step_ms"
+                                  default="step_ms", key="cmp_metric", format_func=shape.figure_label) or "step_ms"
     step_rows = shape.compare_steps(analyses)
-    st.altair_chart(charts.compare_steps(step_rows, metric), width="stretch")
+    st.altair_chart(charts.compare_steps(step_rows, metric, shape.figure_label(metric)), width="stretch")
     st.caption("Steps are matched by position: the k-th profiled step of each run.")
 
     st.subheader("Per bucket or unit: what changed most")

@@ -7,11 +7,10 @@ those the sidebar's filter lets through; a click on a run opens its Overview.
 
 from __future__ import annotations
 
-import polars as pl
 import streamlit as st
 
 from overlapscope.analyzer import gate
-from overlapscope.dashboard import charts, context, shape
+from overlapscope.dashboard import charts, context, shape, tables
 
 METRICS = {"exposed_comm_ms": "exposed comm per step (ms)", "step_ms": "step (ms)", "overlap_pct": "overlap (%)",
            "comm_ms": "comm per step (ms)", "compute_ms": "compute per step (ms)", "idle_ms": "idle per step (ms)",
@@ -35,10 +34,10 @@ def render() -> None:
     if not runs:
         st.info("No run matches the sidebar's filter.")
         return
-    left, right = st.columns([3, 1])
-    metric = left.segmented_control("Metric", list(METRICS), default=gate.DEFAULT_METRIC, key="history_metric",
-                                    format_func=lambda m: m.replace("_", " ")) or gate.DEFAULT_METRIC
-    bound = right.number_input("Regression: worse by more than (%)", min_value=0.0, max_value=1e6,
+    # the metric's buttons on a row of their own: beside another control the last ones were cut
+    metric = st.segmented_control("Metric", list(METRICS), default=gate.DEFAULT_METRIC, key="history_metric",
+                                    format_func=shape.figure_label) or gate.DEFAULT_METRIC
+    bound = st.columns([1, 2])[0].number_input("Regression: worse by more than (%)", min_value=0.0, max_value=1e6,
                                value=gate.DEFAULT_MAX_REGRESSION_PCT, step=1.0, key="history_bound")
     marked = gate.regressions(runs, metric, bound)
     rows = shape.history_rows(runs, metric, marked)
@@ -50,16 +49,12 @@ def render() -> None:
     st.caption(f"Showing {len(rows)} runs of {len(names)} names, one line per name; {higher} is better. A red "
                f"triangle marks a run worse than the previous run of its name by more than {bound:g} %. "
                "Click a run to open it.")
-    st.dataframe(pl.DataFrame(names, infer_schema_length=None), hide_index=True)
+    tables.show(names, shape.history_name_table(METRICS[metric]))
     regressed = [r for r in rows if r["regression"]]
     st.subheader(f"Regressions ({len(regressed)})")
     if not regressed:
         st.caption(f"No run is worse than the previous run of its name by more than {bound:g} %.")
         return
-    st.dataframe(pl.DataFrame([{"run": r["run_id"], "name": r["name"], "stored (UTC)": r["created_at"],
-                                metric: r["value"], "worse by %": r["worse_pct"], "tags": r["tags"],
-                                "pushed by": r["pushed_by"]} for r in regressed], infer_schema_length=None),
-                 hide_index=True)
-
+    tables.show(regressed, shape.regression_table(METRICS[metric]))
 
 render()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard import charts, context, data, shape, tables
 from overlapscope.dashboard.text import md
 
 
@@ -53,11 +53,11 @@ def _reconciled(result: dict) -> None:
                f"(by more than 3% of the step). Most are explained by **{found['term'].replace('_', ' ')}**; "
                f"rank {rank}, step {step}: {found['example']}.")
     with st.expander("Model beside measurement, per rank and step"):
-        st.dataframe(found["rows"], hide_index=True)
-        st.caption("explained_by: order (the run's own bucket or unit order and timing), late_rank (waiting for a "
+        tables.show(found["rows"], shape.DISAGREEMENT_TABLE)
+        st.caption("Explained by: order (the run's own bucket or unit order and timing), late_rank (waiting for a "
                    "late rank), slow_transfers (longer than W predicts), host_bound (device idle), cpu_sharing "
                    "(gloo's threads share the cores with compute), model_inputs (the run hides more than the "
-                   "model expects); term_ms is that term's figure per step.")
+                   "model expects); term (ms) is that term's figure per step.")
 
 
 def _memory_section(result: dict, facts: dict, run_id: int) -> None:
@@ -171,8 +171,8 @@ def _whatif_section(ctx, run: dict) -> None:
     except UsageError as e:
         st.error(md(str(e)))
         return
-    st.caption(f"**{md(p['label'])}** · command line: `overlapscope whatif --run {md(run['name'])} "
-               f"{md(p['label']) if p['label'] != 'no change' else ''}`")
+    st.caption(f"**{md(p['label'])}** · the same on the command line:")
+    st.code(shape.whatif_command(run["name"], p["label"], sweep if p.get("sweep") else None), language="bash")
     _figure_row(p)
     memory = p.get("memory") or {}
     if memory.get("predicted_peak_bytes"):
@@ -190,7 +190,8 @@ def _whatif_section(ctx, run: dict) -> None:
         st.caption("Each point is the run replayed at that value, on top of the settings above; dashed: as "
                    "measured. Points whose memory does not fit are marked in the tooltip.")
     with st.expander("Terms of each predicted collective"):
-        st.dataframe(p["collectives"], hide_index=True)
+        tables.show(shape.with_mb([{**c, "id": "(root)" if c["id"] == "" else c["id"]} for c in p["collectives"]]),
+                    shape.WHATIF_COLLECTIVE_TABLE)
         st.caption("Assumes: " + md("; ".join(p["assumptions"])))
 
 

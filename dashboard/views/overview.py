@@ -3,10 +3,9 @@ the slowest rank and step stand out."""
 
 from __future__ import annotations
 
-import polars as pl
 import streamlit as st
 
-from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard import charts, context, data, shape, tables
 from overlapscope.dashboard.text import md
 
 
@@ -39,22 +38,6 @@ def _figures(head: dict) -> None:
                + " The same headline as `overlapscope analyze`, History and the API.")
 
 
-def _table(rows: list[dict], marker, spec: dict) -> None:
-    """A table with readable headers and units (``shape.RANK_TABLE`` etc.), the slowest row marked,
-    columns with no value anywhere left out and named, a dash where one row has none."""
-    marked = [{"slowest": "◀" if marker(r) else "", **{k: r.get(k) for k in spec}} for r in rows]
-    shown, columns, gaps, empty = shape.readable_rows(marked, spec)
-    config: dict = {"slowest": st.column_config.TextColumn("", width="small", help="◀ the slowest")}
-    for k in columns:
-        label, digits, why = spec[k]
-        config[k] = (st.column_config.TextColumn(label, help=why) if k in gaps else
-                     st.column_config.NumberColumn(label, help=why, format=f"%.{digits}f" if digits else "%d"))
-    st.dataframe(pl.DataFrame(shown, infer_schema_length=None), hide_index=True, column_config=config,
-                 width="stretch")
-    if empty:
-        st.caption("Not shown (no value on any row): " + "; ".join(empty) + ".")
-
-
 def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
@@ -85,19 +68,22 @@ def render() -> None:
     with right:
         st.subheader("Per rank and step")
         metric = st.segmented_control("Colour by", ["step_ms", "exposed_comm_ms", "overlap_pct", "idle_ms"],
-                                      default="step_ms", key="overview_metric") or "step_ms"
+                                      default="step_ms", key="overview_metric",
+                                      format_func=shape.figure_label) or "step_ms"
         highlight = (worst_step["rank"], worst_step["step"]) if worst_step else None
-        st.altair_chart(charts.step_heatmap(result["steps"], metric, highlight), width="stretch")
+        st.altair_chart(charts.step_heatmap(result["steps"], metric, highlight, shape.figure_label(metric)),
+                        width="stretch")
         st.caption("The slowest step is outlined in black.")
 
     st.subheader("Per rank: totals over the profiled steps")
     slow = worst_rank["rank"] if worst_rank else None
-    _table(result["ranks"], lambda r: r["rank"] == slow, shape.RANK_TABLE)
+    tables.show(result["ranks"], shape.RANK_TABLE, lambda r: r["rank"] == slow, f"{tables.MARK} the slowest rank")
     if any(r.get("clock_offset_ms") is not None for r in result["ranks"]):
         with st.expander("Between ranks: clock offsets and waiting for peers"):
-            _table(result["ranks"], lambda r: r["rank"] == slow, shape.RANK_CLOCK_TABLE)
+            tables.show(result["ranks"], shape.RANK_CLOCK_TABLE, lambda r: r["rank"] == slow,
+                        f"{tables.MARK} the slowest rank")
     st.subheader("Per step")
-    _table(result["steps"], lambda r: worst_step is not None and
-           (r["rank"], r["step"]) == (worst_step["rank"], worst_step["step"]), shape.STEP_TABLE)
+    tables.show(result["steps"], shape.STEP_TABLE, lambda r: worst_step is not None and
+                (r["rank"], r["step"]) == (worst_step["rank"], worst_step["step"]), f"{tables.MARK} the slowest step")
 
 render()

@@ -3,10 +3,9 @@ exposed parts of comm in orange-red. Large traces are merged into busy blocks.""
 
 from __future__ import annotations
 
-import polars as pl
 import streamlit as st
 
-from overlapscope.dashboard import charts, context, data, shape
+from overlapscope.dashboard import charts, context, data, shape, tables
 from overlapscope.dashboard.text import md
 
 
@@ -63,7 +62,7 @@ def render() -> None:
                 f"(at most about {tl['max_marks']:,} per chart). Lanes with many events show busy blocks; "
                 "hover a block for how many events it merged and the longest one. Choose fewer ranks for detail.")
     st.subheader("In this window")
-    st.dataframe(pl.DataFrame(tl["windows"], infer_schema_length=None).drop("start_ns", "end_ns"), hide_index=True)
+    tables.show(tl["windows"], shape.WINDOW_TABLE)
     st.caption("Exposed comm here counts the comm that runs in the window; the overview's per-step figure "
                "counts the comm the step launched (it may run past the window's end).")
 

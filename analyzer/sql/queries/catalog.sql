@@ -17,6 +17,14 @@ SELECT max(run_id) FROM runs WHERE name = $name;
 -- name: count
 SELECT count(*) FROM runs;
 
+-- name: sample_runs
+-- The names of the stored sample runs (named sample/<bundle>, tagged sample=true) and how
+-- many runs are not samples (store/catalog.py: missing_samples).
+SELECT coalesce(list(name) FILTER (WHERE is_sample), []) AS samples, count(*) FILTER (WHERE NOT is_sample) AS others
+FROM (SELECT name, coalesce(name LIKE 'sample/%' AND json_extract_string(tags, '$.sample') = 'true', false)
+                   AS is_sample
+      FROM runs);
+
 -- What ingest stores beside a run's rows (store/results.py).
 
 -- name: set_headline
