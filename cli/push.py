@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
     p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="a tag (repeatable), e.g. commit=abc123")
     p.add_argument("--token-file", metavar="FILE", help="a file holding the API token (default: $OVERLAPSCOPE_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the server's answer as JSON")
-    p.set_defaults(func=run_push)
+    p.set_defaults(func=run_push, error_status=2)  # any failure of a push is 2, as a refusal
 
 
 def read_token(token_file: str | None) -> str | None:
@@ -98,10 +98,10 @@ def run_push(args) -> int:
     from overlapscope.analyzer.store import catalog
 
     name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # the server checks again
-    from overlapscope.cli.remote import Server  # http.client: only a push needs it
+    from overlapscope.cli.remote import Health, Pushed, Server  # http.client: only a push needs it
 
     server = Server(args.url, read_token(args.token_file))
-    health = server.get("/health")
+    health = server.get("/health", shape=Health)
     if not health.get("writes"):
         raise UsageError(f"{server.url}: this server accepts no pushes (it was started without --api-tokens)")
     with tempfile.TemporaryDirectory(prefix="overlapscope-push-") as tmp:
@@ -114,5 +114,6 @@ def run_push(args) -> int:
         status, answer = server.post_file("/runs", str(path), params, _bar(sys.stderr.isatty()))
     if status != 201:
         raise UsageError(server.refusal(status, answer))
+    server.checked(answer, Pushed, "POST /api/v1/runs")
     return emit(answer, args.json, lambda r: print(
         f"stored run {r['run_id']} ({r['name']}) on {server.url}: {describe(r['headline'])}"))
