@@ -5,6 +5,11 @@ several files) is zipped first, with its ``manifest.json``. The upload streams
 from disk with a progress bar; the server decodes and stores the run and answers
 with its id and headline. Any refusal (no token, a bad run, too large) exits 2
 with one line.
+
+Each invocation sends one ``Idempotency-Key`` (a fresh UUID) with every attempt:
+when a server stopping or busy answers 503, or the connection drops before the
+answer, the push is sent again with the same key, and a server that had stored
+it answers with that run instead of storing it twice.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -23,6 +29,7 @@ from overlapscope.cli.common import describe, emit
 ENV_TOKEN = "OVERLAPSCOPE_TOKEN"
 SINGLE = (".zip", ".json", ".json.gz")
 STORED = (".gz", ".zip")  # already compressed: zipped as they are
+RETRY_WAITS_S = (2.0, 5.0)  # waits before the 2nd and 3rd attempt (a server restarting, a catalog held)
 
 
 def add_parser(sub) -> None:
@@ -94,6 +101,28 @@ def _bar(enabled: bool):
     return report
 
 
+def upload(server, path: Path, params: list, on_progress) -> tuple[int, dict]:
+    """POST the run, again (same key) after a 503 or a connection lost before the answer; the
+    last (status, answer)."""
+    from overlapscope.cli.remote import Unreachable
+
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    for wait_s in (*RETRY_WAITS_S, None):
+        try:
+            status, answer = server.post_file("/runs", str(path), params, on_progress, headers)
+            if status != 503 or wait_s is None:
+                return status, answer
+            why = server.refusal(status, answer)
+        except Unreachable as err:
+            if wait_s is None:
+                raise
+            why = str(err)
+        print(f"overlapscope: {why}; trying again in {wait_s:g} s with the same Idempotency-Key",
+              file=sys.stderr, flush=True)
+        time.sleep(wait_s)
+    raise AssertionError("the last attempt returns or raises")
+
+
 def run_push(args) -> int:
     from overlapscope.analyzer.store import catalog
 
@@ -111,8 +140,8 @@ def run_push(args) -> int:
             raise UsageError(f"{path}: {size / 2**20:,.1f} MiB is more than {server.url} accepts "
                              f"({limit / 2**20:,.0f} MiB)")
         params = [("name", name), ("file", path.name)] + [("tag", f"{k}={v}") for k, v in tags.items()]
-        status, answer = server.post_file("/runs", str(path), params, _bar(sys.stderr.isatty()))
-    if status != 201:
+        status, answer = upload(server, path, params, _bar(sys.stderr.isatty()))
+    if status not in (200, 201):  # 200: an earlier attempt stored it
         raise UsageError(server.refusal(status, answer))
     server.checked(answer, Pushed, "POST /api/v1/runs")
     return emit(answer, args.json, lambda r: print(

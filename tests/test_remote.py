@@ -172,3 +172,42 @@ def test_every_failure_of_push_exits_2_in_one_line(real_answers, capsys, monkeyp
     assert rc == 2 and out.out == "", (case, out)
     _one_error_line(out.err, server.url)
     assert "a-token-of-no-server" not in out.err
+
+
+def test_push_sends_again_with_the_same_key_after_a_503(real_answers, capsys, monkeypatch):
+    """A server stopping answers 503; the push is sent again with the same Idempotency-Key and
+    the answer of the server that had stored it (200) is the push's. Another push, another key."""
+    from overlapscope.cli import push
+
+    _, _, stored = real_answers
+    monkeypatch.setattr(push, "RETRY_WAITS_S", (0.01, 0.01))
+    monkeypatch.setenv("OVERLAPSCOPE_TOKEN", "a-token-of-no-server-0123")
+    health = _json({"version": "9.9", "runs": 0, "writes": True, "max_upload_bytes": 2**30})
+    stopping = (503, JSON, b'{"error": "the server is stopping: the push may have been stored"}')
+    with FakeServer({("GET", "/api/v1/health"): [health],
+                     ("POST", "/api/v1/runs"): [stopping, (200, JSON, json.dumps(stored).encode())]}) as server:
+        capsys.readouterr()
+        assert main(["push", server.url, str(SAMPLES / "ddp"), "--run", "gate", "--json"]) == 0
+        out = capsys.readouterr()
+        assert json.loads(out.out) == stored
+        assert "HTTP 503: the server is stopping" in out.err and "same Idempotency-Key" in out.err
+        assert main(["push", server.url, str(SAMPLES / "ddp"), "--run", "gate", "--json"]) == 0
+    keys = [r["headers"].get("Idempotency-Key") for r in server.requests if r["method"] == "POST"]
+    assert len(keys) == 3 and keys[0] == keys[1] != keys[2] and all(len(k) == 36 for k in keys)
+    sizes = {r["body_bytes"] for r in server.requests if r["method"] == "POST"}
+    assert len(sizes) == 1 and sizes.pop() > 0, "each attempt sent the whole run"
+
+
+def test_push_gives_up_after_its_retries_with_exit_2(capsys, monkeypatch):
+    from overlapscope.cli import push
+
+    monkeypatch.setattr(push, "RETRY_WAITS_S", (0.01, 0.01))
+    monkeypatch.setenv("OVERLAPSCOPE_TOKEN", "a-token-of-no-server-0123")
+    health = _json({"version": "9.9", "runs": 0, "writes": True, "max_upload_bytes": 2**30})
+    busy = (503, JSON, b'{"error": "the catalog is in use by another process on the server"}')
+    with FakeServer({("GET", "/api/v1/health"): [health], ("POST", "/api/v1/runs"): [busy]}) as server:
+        capsys.readouterr()
+        assert main(["push", server.url, str(SAMPLES / "ddp"), "--run", "gate"]) == 2
+        err = capsys.readouterr().err.splitlines()
+    assert [r["method"] for r in server.requests] == ["GET", "POST", "POST", "POST"]
+    assert len(err) == 3 and err[-1].startswith(f"overlapscope: error: {server.url}: HTTP 503: the catalog")

@@ -17,6 +17,10 @@ SELECT max(run_id) FROM runs WHERE name = $name;
 -- name: count
 SELECT count(*) FROM runs;
 
+-- name: run_of_key
+-- The run a push with this Idempotency-Key stored, for the same token's name (NULL: stored locally).
+SELECT run_id FROM runs WHERE idempotency_key = $key AND pushed_by IS NOT DISTINCT FROM $pushed_by;
+
 -- What ingest stores beside a run's rows (store/results.py).
 
 -- name: set_headline
