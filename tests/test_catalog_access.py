@@ -3,6 +3,7 @@ process holds, and the API's tokens."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -127,6 +128,67 @@ def test_an_idle_server_lets_another_process_in(tmp_path):
     other = subprocess.run([sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1]).close()", str(db)],
                            capture_output=True, timeout=60)
     assert other.returncode == 0, other.stderr
+
+
+# A prune (the real command) that stops inside its swap window (the old file closed, the
+# compacted copy not yet renamed over it) until a line arrives on its stdin.
+PAUSED_PRUNE = """
+import sys
+from overlapscope.analyzer.store import retention
+from overlapscope.cli import main
+
+real_swap = retention.swap
+
+def paused_swap(compacted, path):
+    print("in the window", flush=True)
+    sys.stdin.readline()
+    return real_swap(compacted, path)
+
+retention.swap = paused_swap
+sys.exit(main(["prune", "--keep-last", "0", "--db", sys.argv[1], "--json"]))
+"""
+
+
+@pytest.mark.slow
+def test_a_writer_never_commits_into_the_file_that_prune_replaces(tmp_path):
+    """Two real processes: prune stops between closing the catalog and renaming its compacted
+    copy over it (DuckDB's lock is free then); an ingest that wants the file in that window
+    waits, says so, and stores its run in the new file once prune is done: nothing is lost."""
+    db = tmp_path / "catalog.duckdb"
+    con = catalog.open_catalog(db)
+    for _ in range(2):
+        catalog.ingest(con, [str(SAMPLES / "ddp")], "old")
+    con.close()
+    prune = subprocess.Popen([sys.executable, "-c", PAUSED_PRUNE, str(db)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ingest = None
+    try:
+        assert prune.stdout.readline().strip() == "in the window", prune.stderr.read()
+        from test_api import COMMAND
+
+        ingest = subprocess.Popen([*COMMAND, "ingest", str(SAMPLES / "ddp_straggler"), "--run", "new", "--db", str(db)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # it decodes, then wants the file: it says it waits (or, unguarded, stores into the old file and exits)
+        first = ingest.stderr.readline()
+        assert "being rewritten by prune or delete" in first and "waiting up to" in first, \
+            first + ingest.stderr.read()
+        assert ingest.poll() is None
+        prune.stdin.write("go on\n")
+        prune.stdin.flush()
+        out, err = prune.communicate(timeout=120)
+        assert prune.returncode == 0, err
+        assert json.loads(out)["pruned"] == [1, 2]
+        _, err = ingest.communicate(timeout=180)
+        assert ingest.returncode == 0, err
+    finally:
+        for proc in (prune, ingest):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    con = catalog.open_catalog(db, read_only=True)
+    stored = {r["run_id"]: (r["name"], r["pruned_at"] is not None) for r in catalog.runs(con)}
+    con.close()
+    assert stored == {1: ("old", True), 2: ("old", True), 3: ("new", False)}
 
 
 # --- tokens --------------------------------------------------------------------------

@@ -158,9 +158,7 @@ def test_bytes_per_run_before_and_after_prune(tmp_path, capsys):
     con.execute("CHECKPOINT")
     full = retention.size_bytes(db)
     retention.prune(con, ids)
-    compacted = retention.compact(con, db)
-    con.close()
-    assert retention.swap(compacted, db)
+    assert retention.rewrite(con, db)
     pruned = retention.size_bytes(db)
     assert pruned < full / 3
     per_run, per_run_pruned = (full - empty) / len(ids), (pruned - empty) / len(ids)

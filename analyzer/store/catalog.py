@@ -71,7 +71,7 @@ def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False,
 def _open(path, read_only: bool):
     import duckdb
 
-    from overlapscope.analyzer.store import database
+    from overlapscope.analyzer.store import database, swaplock
     from overlapscope.analyzer.store.migrate import CatalogOutdated
 
     path = Path(path) if path else default_path()
@@ -81,9 +81,13 @@ def _open(path, read_only: bool):
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
         try:
-            return database.connect(str(path), read_only=read_only)
+            if read_only:
+                return database.connect(str(path), read_only=True)
+            with swaplock.held(path):  # never open a file that prune or delete is replacing
+                return database.connect(str(path))
         except CatalogOutdated:
-            database.connect(str(path)).close()  # upgrades in one transaction
+            with swaplock.held(path):
+                database.connect(str(path)).close()  # upgrades in one transaction
             return database.connect(str(path), read_only=True)
     except duckdb.IOException as err:
         first = str(err).splitlines()[0]
