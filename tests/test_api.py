@@ -204,6 +204,25 @@ def test_a_repeated_idempotency_key_gets_the_run_it_stored(server):
     assert status == 201 and other["run_id"] != first["run_id"] and other["pushed_by"] == "alice"
 
 
+def test_a_server_without_tokens_refuses_every_push(tmp_path):
+    """Started without --api-tokens, the API reads but refuses writes: 403 with or without a
+    token, the CLI says why in one line (exit 2), and nothing is stored."""
+    proc, url = start_server(tmp_path / "catalog.duckdb")
+    try:
+        status, health = request(url, "GET", "/health")
+        assert status == 200 and health["writes"] is False and health["runs"] == 0
+        body = zipped(SAMPLES / "ddp")
+        for token in ("any-token-at-all-12345", None):
+            status, answer = push_raw(url, body, "refused", token=token)
+            assert status == 403 and "--api-tokens" in answer["error"], answer
+        done = subprocess.run([*COMMAND, "push", url, str(SAMPLES / "ddp"), "--run", "refused"], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "OVERLAPSCOPE_TOKEN": TOKEN})
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "accepts no pushes" in done.stderr
+        assert runs(url) == []
+    finally:
+        stop_server(proc)
+
+
 def test_every_key_the_api_answers_is_documented(server):
     from test_docs import documented_gaps
 
