@@ -47,7 +47,7 @@ def render() -> None:
     _open_picked(event)
     higher = "higher" if gate.HIGHER_IS_BETTER[metric] else "lower"
     names = shape.history_names(rows)
-    st.caption(f"Showing {len(rows)} runs of {len(names)} names, one line per name; {higher} is better. A red "
+    st.caption(f"Showing {len(rows)} runs of {len(names)} names, one line per name; {higher} is better. A black "
                f"triangle marks a run worse than the previous run of its name by more than {bound:g} %. "
                "Click a run to open it.")
     st.dataframe(pl.DataFrame(names, infer_schema_length=None), hide_index=True)
