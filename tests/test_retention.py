@@ -164,4 +164,5 @@ def test_bytes_per_run_before_and_after_prune(tmp_path, capsys):
     per_run, per_run_pruned = (full - empty) / len(ids), (pruned - empty) / len(ids)
     print(f"\n{len(ids)} sample runs, {ranks} ranks: {full / 1e6:.1f} MB ({per_run / 1e6:.2f} MB per run, "
           f"{(full - empty) / ranks / 1e6:.2f} MB per rank); pruned {pruned / 1e6:.2f} MB "
-          f"({per_run_pruned / 1e3:.0f} kB per run); empty catalog {empty / 1e6:.2f} MB")
+          f"({per_run_pruned / 1e3:.0f} kB per run, {(pruned - empty) / ranks / 1e3:.0f} kB per rank); "
+          f"empty catalog {empty / 1e6:.2f} MB")
