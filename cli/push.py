@@ -2,7 +2,8 @@
 
 A single ``.zip``, ``.json`` or ``.json.gz`` goes as it is; a run folder (or
 several files) is zipped first, with its ``manifest.json``. The upload streams
-from disk with a progress bar; the server decodes and stores the run and answers
+from disk with a progress bar on a terminal (elsewhere, a CI log: a plain line
+at each quarter of a large upload); the server decodes and stores the run and answers
 with its id and headline. Any refusal (no token, a bad run, too large) exits 2
 with one line.
 
@@ -29,6 +30,7 @@ from overlapscope.cli.common import describe, emit
 ENV_TOKEN = "OVERLAPSCOPE_TOKEN"
 SINGLE = (".zip", ".json", ".json.gz")
 STORED = (".gz", ".zip")  # already compressed: zipped as they are
+PLAIN_PROGRESS_MIN_BYTES = 4 * 2**20  # smaller uploads take a moment: no lines in a CI log
 RETRY_WAITS_S = (2.0, 5.0)  # waits before the 2nd and 3rd attempt (a server restarting, a catalog held)
 
 
@@ -84,13 +86,13 @@ def bundle(paths: list[str], folder: Path) -> Path:
     return target
 
 
-def _bar(enabled: bool):
-    """A progress callback drawing one line on stderr (only on a terminal)."""
+def _bar():
+    """A progress callback drawing one line on stderr (a terminal), redrawn at most every 0.1 s."""
     state = {"last": 0.0}
 
     def report(sent: int, total: int) -> None:
         now = time.monotonic()
-        if not enabled or (now - state["last"] < 0.1 and sent < total):
+        if now - state["last"] < 0.1 and sent < total:
             return
         state["last"] = now
         width = 30
@@ -99,6 +101,31 @@ def _bar(enabled: bool):
               end="" if sent < total else "\n", file=sys.stderr, flush=True)
 
     return report
+
+
+def _lines():
+    """A progress callback for a log (stderr no terminal): one plain line each time the upload
+    passes a quarter, for uploads of ``PLAIN_PROGRESS_MIN_BYTES`` or more."""
+    state = {"quarter": 0, "sent": 0}
+
+    def report(sent: int, total: int) -> None:
+        if sent < state["sent"]:  # sent again (a retry): count from the start
+            state["quarter"] = 0
+        state["sent"] = sent
+        if total < PLAIN_PROGRESS_MIN_BYTES or 4 * sent < (state["quarter"] + 1) * total:
+            return
+        state["quarter"] = 4 * sent // total
+        print(f"overlapscope: uploaded {100 * sent / total:.0f} % ({sent / 2**20:,.1f} / {total / 2**20:,.1f} MiB)",
+              file=sys.stderr, flush=True)
+
+    return report
+
+
+def progress(as_json: bool):
+    """How the upload reports: a bar on a terminal, plain lines in a log, nothing with --json."""
+    if sys.stderr.isatty():
+        return _bar()
+    return None if as_json else _lines()
 
 
 def upload(server, path: Path, params: list, on_progress) -> tuple[int, dict]:
@@ -140,7 +167,7 @@ def run_push(args) -> int:
             raise UsageError(f"{path}: {size / 2**20:,.1f} MiB is more than {server.url} accepts "
                              f"({limit / 2**20:,.0f} MiB)")
         params = [("name", name), ("file", path.name)] + [("tag", f"{k}={v}") for k, v in tags.items()]
-        status, answer = upload(server, path, params, _bar(sys.stderr.isatty()))
+        status, answer = upload(server, path, params, progress(args.json))
     if status not in (200, 201):  # 200: an earlier attempt stored it
         raise UsageError(server.refusal(status, answer))
     server.checked(answer, Pushed, "POST /api/v1/runs")

@@ -211,3 +211,26 @@ def test_push_gives_up_after_its_retries_with_exit_2(capsys, monkeypatch):
         err = capsys.readouterr().err.splitlines()
     assert [r["method"] for r in server.requests] == ["GET", "POST", "POST", "POST"]
     assert len(err) == 3 and err[-1].startswith(f"overlapscope: error: {server.url}: HTTP 503: the catalog")
+
+
+def test_a_large_push_logs_plain_progress_lines_where_stderr_is_no_terminal(real_answers, tmp_path, capsys,
+                                                                          monkeypatch):
+    """In a CI log (stderr captured here, no terminal) an upload of 8 MiB, sent in 1 MiB blocks,
+    prints a line at 25, 50, 75 and 100 %; none with --json, none for a small run."""
+    _, _, stored = real_answers
+    monkeypatch.setenv("OVERLAPSCOPE_TOKEN", "a-token-of-no-server-0123")
+    big = tmp_path / "big.zip"
+    big.write_bytes(b"\0" * (8 * 2**20))  # the fake server stores nothing: any bytes do
+    health = _json({"version": "9.9", "runs": 0, "writes": True, "max_upload_bytes": 2**30})
+    created = (201, JSON, json.dumps(stored).encode())
+    with FakeServer({("GET", "/api/v1/health"): [health], ("POST", "/api/v1/runs"): [created]}) as server:
+        capsys.readouterr()
+        assert main(["push", server.url, str(big), "--run", "gate"]) == 0
+        lines = capsys.readouterr().err.splitlines()
+        assert lines == [f"overlapscope: uploaded {pct} % ({mib:.1f} / 8.0 MiB)"
+                         for pct, mib in ((25, 2), (50, 4), (75, 6), (100, 8))]
+        assert main(["push", server.url, str(big), "--run", "gate", "--json"]) == 0
+        assert capsys.readouterr().err == ""
+        assert main(["push", server.url, str(SAMPLES / "ddp"), "--run", "gate"]) == 0
+        assert capsys.readouterr().err == ""
+    assert [r["body_bytes"] for r in server.requests if r["method"] == "POST"][:2] == [8 * 2**20] * 2
