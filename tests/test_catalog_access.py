@@ -170,7 +170,7 @@ def test_a_writer_never_commits_into_the_file_that_prune_replaces(tmp_path):
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # it decodes, then wants the file: it says it waits (or, unguarded, stores into the old file and exits)
         first = ingest.stderr.readline()
-        assert "being rewritten by prune or delete" in first and "waiting up to" in first, \
+        assert "prune or delete putting its compacted copy in place" in first and "waiting up to" in first, \
             first + ingest.stderr.read()
         assert ingest.poll() is None
         prune.stdin.write("go on\n")

@@ -42,7 +42,9 @@ def held(catalog_path: str | os.PathLike, wait: bool = False):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
-            raise CatalogBusy(f"{catalog_path}: the catalog is being rewritten by prune or delete") from None
+            # the holder is opening the file (an upgrade can take a while) or swapping in a compacted copy
+            raise CatalogBusy(f"{catalog_path}: the catalog is in use by another process (opening it, or "
+                              "prune or delete putting its compacted copy in place)") from None
         yield
     finally:
         os.close(fd)  # releases the lock
