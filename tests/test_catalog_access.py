@@ -16,14 +16,15 @@ from overlapscope.analyzer.store import access, catalog
 from overlapscope.dashboard import auth
 from conftest import SAMPLES
 
-HOLD = ("import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); print('locked', flush=True); "
-        "time.sleep(float(sys.argv[2]))")
+HOLD = ("import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('locked', flush=True); "
+        "sys.stdin.readline()")
 
 
-def _holder(path, seconds: float) -> subprocess.Popen:
-    """Another process holding the catalog's write lock for ``seconds``."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path), str(seconds)], stdout=subprocess.PIPE)
-    assert proc.stdout.readline().strip() == b"locked"
+def _holder(path) -> subprocess.Popen:
+    """Another process holding the catalog's write lock until a line arrives on its stdin (or it is killed)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "locked"
     return proc
 
 
@@ -38,18 +39,29 @@ def _cli(*args, env_extra=None, timeout=120):
 
 @pytest.mark.slow
 def test_ingest_waits_for_a_lock_held_for_seconds(tmp_path):
+    """An ingest that finds the catalog held says so once and waits; released, it stores its run
+    (the holder lets go only once the ingest said it waits: no race with the decode's time)."""
+    from test_api import COMMAND
+
     db = tmp_path / "catalog.duckdb"
     catalog.open_catalog(db).close()
-    holder = _holder(db, 3)
+    holder = _holder(db)
+    ingest = None
     try:
-        started = time.monotonic()
-        done = _cli("ingest", str(SAMPLES / "ddp"), "--run", "waited", "--db", str(db))
-        assert done.returncode == 0, done.stderr
-        assert time.monotonic() - started > 1.5, "it waited for the holder"
-        assert "in use by another process" in done.stderr and "waiting up to 120 s" in done.stderr
+        ingest = subprocess.Popen([*COMMAND, "ingest", str(SAMPLES / "ddp"), "--run", "waited", "--db", str(db)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = ingest.stderr.readline()
+        assert "in use by another process" in first and "waiting up to 120 s" in first, first + ingest.stderr.read()
+        holder.stdin.write("let go\n")
+        holder.stdin.flush()
+        assert holder.wait(60) == 0
+        _, err = ingest.communicate(timeout=120)
+        assert ingest.returncode == 0, err
     finally:
-        holder.kill()
-        holder.wait()
+        for proc in (holder, ingest):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
     con = catalog.open_catalog(db, read_only=True)
     assert [r["name"] for r in catalog.runs(con)] == ["waited"]
     con.close()
@@ -59,7 +71,7 @@ def test_ingest_waits_for_a_lock_held_for_seconds(tmp_path):
 def test_the_wait_is_bounded_and_says_so(tmp_path):
     db = tmp_path / "catalog.duckdb"
     catalog.open_catalog(db).close()
-    holder = _holder(db, 60)
+    holder = _holder(db)
     try:
         done = _cli("ingest", str(SAMPLES / "ddp"), "--run", "late", "--db", str(db),
                     env_extra={"OVERLAPSCOPE_CATALOG_WAIT_S": "1"})
