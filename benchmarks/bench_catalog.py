@@ -162,9 +162,7 @@ def sizes(folder: Path, copies: int) -> None:
     con.execute("CHECKPOINT")
     full = retention.size_bytes(db)
     retention.prune(con, ids)
-    compacted = retention.compact(con, db)
-    con.close()
-    retention.swap(compacted, db)
+    retention.rewrite(con, db)
     pruned = retention.size_bytes(db)
     print(f"size: {copies} runs of the ddp sample (2 ranks): {full / 1e6:.1f} MB, "
           f"{(full - empty) / copies / 1e6:.2f} MB per run, {(full - empty) / copies / 2 / 1e6:.2f} MB per rank; "

@@ -55,5 +55,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"overlapscope: internal error: {type(err).__name__}: {clean(err)} (rerun with --debug)",
               file=sys.stderr)
-        return 1
+        # 1 by default; a command whose 1 means something else (check: a regression) says which
+        return getattr(args, "error_status", 1)
 

@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
     where.add_argument("--db", metavar="FILE", help="a local catalog (default: $OVERLAPSCOPE_DB or the user data dir)")
     where.add_argument("--server", metavar="URL", help="a dashboard's API instead of a local catalog")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    p.set_defaults(func=run_check)
+    p.set_defaults(func=run_check, error_status=2)  # 1 means a regression: every other failure is 2
 
 
 def _local(args) -> dict:
@@ -47,7 +47,7 @@ def _local(args) -> dict:
 
 
 def _remote(args) -> dict:
-    from overlapscope.cli.remote import Server
+    from overlapscope.cli.remote import RunList, Server, Verdict
 
     server = Server(args.server)
     ref = run_ref(args)
@@ -56,12 +56,15 @@ def _remote(args) -> dict:
     if isinstance(ref, int):
         run_id = ref
     else:  # as a local --run: the newest run of the name, else digits are an id
-        runs = server.get("/runs", [("name", ref)])["runs"]
+        runs = server.get("/runs", [("name", ref)], RunList)["runs"]
         if not runs and not ref.isdigit():
             raise UsageError(f"{server.url}: no run {ref!r}")
         run_id = runs[0]["run_id"] if runs else int(ref)
-    return server.get(f"/runs/{run_id}/check", [("baseline", str(args.baseline)), ("metric", args.metric),
-                                                 ("max_regression_pct", repr(args.max_regression_pct))])
+    verdict = server.get(f"/runs/{run_id}/check", [("baseline", str(args.baseline)), ("metric", args.metric),
+                                                    ("max_regression_pct", repr(args.max_regression_pct))], Verdict)
+    if verdict["metric"] != args.metric:  # a server that ignored the question answered another one
+        raise UsageError(f"{server.url}: asked for {args.metric}, the server answered for {verdict['metric']}")
+    return verdict
 
 
 def _num(value, unit: str) -> str:
@@ -95,5 +98,17 @@ def describe(v: dict) -> str:
 
 def run_check(args) -> int:
     verdict = _remote(args) if args.server else _local(args)
-    emit(verdict, args.json, lambda v: print(describe(v)))
-    return 1 if verdict["regressed"] else 0
+    status = 1 if verdict["regressed"] else 0
+    try:
+        emit(verdict, args.json, lambda v: print(describe(v)))
+    except BrokenPipeError:  # a reader that stopped early does not turn a regression into a pass
+        _quiet_stdout()
+    return status
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush does not fail again."""
+    import os
+    import sys
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -2,9 +2,15 @@
 
 A single ``.zip``, ``.json`` or ``.json.gz`` goes as it is; a run folder (or
 several files) is zipped first, with its ``manifest.json``. The upload streams
-from disk with a progress bar; the server decodes and stores the run and answers
+from disk with a progress bar on a terminal (elsewhere, a CI log: a plain line
+at each quarter of a large upload); the server decodes and stores the run and answers
 with its id and headline. Any refusal (no token, a bad run, too large) exits 2
 with one line.
+
+Each invocation sends one ``Idempotency-Key`` (a fresh UUID) with every attempt:
+when a server stopping or busy answers 503, or the connection drops before the
+answer, the push is sent again with the same key, and a server that had stored
+it answers with that run instead of storing it twice.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -23,6 +30,8 @@ from overlapscope.cli.common import describe, emit
 ENV_TOKEN = "OVERLAPSCOPE_TOKEN"
 SINGLE = (".zip", ".json", ".json.gz")
 STORED = (".gz", ".zip")  # already compressed: zipped as they are
+PLAIN_PROGRESS_MIN_BYTES = 4 * 2**20  # smaller uploads take a moment: no lines in a CI log
+RETRY_WAITS_S = (2.0, 5.0)  # waits before the 2nd and 3rd attempt (a server restarting, a catalog held)
 
 
 def add_parser(sub) -> None:
@@ -36,7 +45,7 @@ def add_parser(sub) -> None:
     p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="a tag (repeatable), e.g. commit=abc123")
     p.add_argument("--token-file", metavar="FILE", help="a file holding the API token (default: $OVERLAPSCOPE_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the server's answer as JSON")
-    p.set_defaults(func=run_push)
+    p.set_defaults(func=run_push, error_status=2)  # any failure of a push is 2, as a refusal
 
 
 def read_token(token_file: str | None) -> str | None:
@@ -77,13 +86,13 @@ def bundle(paths: list[str], folder: Path) -> Path:
     return target
 
 
-def _bar(enabled: bool):
-    """A progress callback drawing one line on stderr (only on a terminal)."""
+def _bar():
+    """A progress callback drawing one line on stderr (a terminal), redrawn at most every 0.1 s."""
     state = {"last": 0.0}
 
     def report(sent: int, total: int) -> None:
         now = time.monotonic()
-        if not enabled or (now - state["last"] < 0.1 and sent < total):
+        if now - state["last"] < 0.1 and sent < total:
             return
         state["last"] = now
         width = 30
@@ -94,14 +103,61 @@ def _bar(enabled: bool):
     return report
 
 
+def _lines():
+    """A progress callback for a log (stderr no terminal): one plain line each time the upload
+    passes a quarter, for uploads of ``PLAIN_PROGRESS_MIN_BYTES`` or more."""
+    state = {"quarter": 0, "sent": 0}
+
+    def report(sent: int, total: int) -> None:
+        if sent < state["sent"]:  # sent again (a retry): count from the start
+            state["quarter"] = 0
+        state["sent"] = sent
+        if total < PLAIN_PROGRESS_MIN_BYTES or 4 * sent < (state["quarter"] + 1) * total:
+            return
+        state["quarter"] = 4 * sent // total
+        print(f"overlapscope: uploaded {100 * sent / total:.0f} % ({sent / 2**20:,.1f} / {total / 2**20:,.1f} MiB)",
+              file=sys.stderr, flush=True)
+
+    return report
+
+
+def progress(as_json: bool):
+    """How the upload reports: a bar on a terminal, plain lines in a log, nothing with --json."""
+    if sys.stderr.isatty():
+        return _bar()
+    return None if as_json else _lines()
+
+
+def upload(server, path: Path, params: list, on_progress) -> tuple[int, dict]:
+    """POST the run, again (same key) after a 503 or a connection lost before the answer; the
+    last (status, answer)."""
+    from overlapscope.cli.remote import Unreachable
+
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    for wait_s in (*RETRY_WAITS_S, None):
+        try:
+            status, answer = server.post_file("/runs", str(path), params, on_progress, headers)
+            if status != 503 or wait_s is None:
+                return status, answer
+            why = server.refusal(status, answer)
+        except Unreachable as err:
+            if wait_s is None:
+                raise
+            why = str(err)
+        print(f"overlapscope: {why}; trying again in {wait_s:g} s with the same Idempotency-Key",
+              file=sys.stderr, flush=True)
+        time.sleep(wait_s)
+    raise AssertionError("the last attempt returns or raises")
+
+
 def run_push(args) -> int:
     from overlapscope.analyzer.store import catalog
 
     name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # the server checks again
-    from overlapscope.cli.remote import Server  # http.client: only a push needs it
+    from overlapscope.cli.remote import Health, Pushed, Server  # http.client: only a push needs it
 
     server = Server(args.url, read_token(args.token_file))
-    health = server.get("/health")
+    health = server.get("/health", shape=Health)
     if not health.get("writes"):
         raise UsageError(f"{server.url}: this server accepts no pushes (it was started without --api-tokens)")
     with tempfile.TemporaryDirectory(prefix="overlapscope-push-") as tmp:
@@ -111,8 +167,9 @@ def run_push(args) -> int:
             raise UsageError(f"{path}: {size / 2**20:,.1f} MiB is more than {server.url} accepts "
                              f"({limit / 2**20:,.0f} MiB)")
         params = [("name", name), ("file", path.name)] + [("tag", f"{k}={v}") for k, v in tags.items()]
-        status, answer = server.post_file("/runs", str(path), params, _bar(sys.stderr.isatty()))
-    if status != 201:
+        status, answer = upload(server, path, params, progress(args.json))
+    if status not in (200, 201):  # 200: an earlier attempt stored it
         raise UsageError(server.refusal(status, answer))
+    server.checked(answer, Pushed, "POST /api/v1/runs")
     return emit(answer, args.json, lambda r: print(
         f"stored run {r['run_id']} ({r['name']}) on {server.url}: {describe(r['headline'])}"))

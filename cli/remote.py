@@ -1,8 +1,10 @@
 """A small client of a dashboard's HTTP API (``/api/v1``): what ``push`` and ``check --server`` call.
 
-Standard library only. A request body is streamed from a file in blocks (with a
-progress callback), never read whole into memory. Every failure is a
-``UsageError`` of one line naming the server; no token ever appears in one.
+Standard library and msgspec only. A request body is streamed from a file in
+blocks (with a progress callback), never read whole into memory. Every answer is
+checked against the shape the command reads (the structs below) before it is
+used. Every failure is a ``UsageError`` of one line naming the server (a
+server that cannot be reached: ``Unreachable``); no token ever appears in one.
 """
 
 from __future__ import annotations
@@ -14,11 +16,17 @@ import socket
 import ssl
 from urllib.parse import urlencode, urlsplit
 
+import msgspec
+
 from overlapscope.analyzer.errors import UsageError
 
 API = "/api/v1"
 TIMEOUT_S = 600.0  # a large run takes a while to decode and store after its upload
 BLOCK_BYTES = 1 << 20
+
+
+class Unreachable(UsageError):
+    """No answer: the server could not be reached or dropped the connection before answering."""
 
 
 class Server:
@@ -70,28 +78,42 @@ class Server:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
             if isinstance(err, socket.timeout):
                 reason = f"no answer within {self._timeout_s:g} s"
-            raise UsageError(f"{self.url}: cannot reach the server ({reason})") from None
+            raise Unreachable(f"{self.url}: cannot reach the server ({reason})") from None
         finally:
             conn.close()
 
-    def get(self, route: str, params: list[tuple[str, str]] | None = None) -> dict:
-        """GET a route; its JSON; an error status is a ``UsageError`` with the server's message."""
+    def get(self, route: str, params: list[tuple[str, str]] | None = None, shape: type | None = None) -> dict:
+        """GET a route; its JSON, checked against ``shape`` (a msgspec struct) when given; an
+        error status is a ``UsageError`` with the server's message."""
         status, value = self._send("GET", route, params)
         if status != 200:
             raise UsageError(self.refusal(status, value))
-        return value
+        return self.checked(value, shape, f"GET {API}{route}") if shape is not None else value
 
-    def post_file(self, route: str, path: str, params: list[tuple[str, str]], on_progress=None) -> tuple[int, dict]:
+    def post_file(self, route: str, path: str, params: list[tuple[str, str]], on_progress=None,
+                  headers: dict | None = None) -> tuple[int, dict]:
         """POST the file at ``path`` as the body, streamed; (status, JSON answer)."""
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             body = _Progress(f, size, on_progress)
             return self._send("POST", route, params, body=body,
-                              headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})
+                              headers={"Content-Type": "application/octet-stream", "Content-Length": str(size),
+                                       **(headers or {})})
+
+    def checked(self, value: dict, shape: type, what: str) -> dict:
+        """``value`` when it has the keys and types of ``shape``, else a ``UsageError`` naming the
+        server and the first key that is wrong: what a command reads is never a guess."""
+        try:
+            msgspec.convert(value, shape)
+        except msgspec.ValidationError as err:
+            raise UsageError(f"{self.url}: {what} answered JSON that is not an overlapscope API answer "
+                             f"({err}; is this the dashboard's address, and of a compatible version?)") from None
+        return value
 
     def refusal(self, status: int, value: dict) -> str:
         """One line for an error answer."""
-        return f"{self.url}: HTTP {status}: {value.get('error') or 'refused'}"
+        message = value.get("error")
+        return f"{self.url}: HTTP {status}: {message if isinstance(message, str) and message else 'refused'}"
 
 
 class _Progress:
@@ -106,3 +128,68 @@ class _Progress:
         if self._report is not None and block:
             self._report(self._sent, self._size)
         return block
+
+
+# --- the answers' shapes: the keys and types push and check read (docs/json.md) -----------------
+
+
+class Health(msgspec.Struct):
+    version: str
+    writes: bool
+    max_upload_bytes: int | None = None
+
+
+class Headline(msgspec.Struct):
+    aggregation: str
+    slowest_rank: int | None
+    step_ms: float | None
+    exposed_comm_ms: float | None
+    exposed_pct: float | None
+    overlap_pct: float | None
+
+
+class Pushed(msgspec.Struct):
+    run_id: int
+    name: str
+    headline: Headline
+
+
+class _Listed(msgspec.Struct):
+    run_id: int
+
+
+class RunList(msgspec.Struct):
+    runs: list[_Listed]
+
+
+class _Side(msgspec.Struct):
+    run_id: int
+    name: str
+
+
+class _MetricRow(msgspec.Struct):
+    metric: str
+    verdict: str | None
+    worse_pct: float | None
+
+
+class _Group(msgspec.Struct):
+    label: str
+    exposed_ms: float | None
+    baseline_exposed_ms: float | None
+    change_ms: float | None
+
+
+class Verdict(msgspec.Struct):
+    metric: str
+    regressed: bool
+    higher_is_better: bool
+    max_regression_pct: float
+    value: float | None
+    baseline_value: float | None
+    worse_pct: float | None
+    run: _Side
+    baseline: _Side
+    metrics: list[_MetricRow]
+    groups: list[_Group]
+    warnings: list[str]

@@ -43,13 +43,6 @@ def _path(db: str | None) -> Path:
     return path
 
 
-def _rewrite(con, path: Path) -> None:
-    """Compact the catalog behind ``con`` and close it."""
-    compacted = retention.compact(con, path)
-    con.close()
-    retention.swap(compacted, path)
-
-
 def run_prune(args) -> int:
     path = _path(args.db)
     con = open_catalog(path)
@@ -60,7 +53,7 @@ def run_prune(args) -> int:
         con.close()
         raise
     if pruned:
-        _rewrite(con, path)
+        retention.rewrite(con, path)
     else:
         con.close()
     result = {"pruned": pruned, "bytes_before": before, "bytes_after": retention.size_bytes(path)}
@@ -78,7 +71,7 @@ def run_delete(args) -> int:
     except BaseException:
         con.close()
         raise
-    _rewrite(con, path)
+    retention.rewrite(con, path)
     result = {"deleted": args.run_id, "bytes_before": before, "bytes_after": retention.size_bytes(path)}
     return emit(result, args.json, lambda r: print(
         f"deleted run {r['deleted']}; catalog {r['bytes_before'] / 1e6:,.1f} MB -> {r['bytes_after'] / 1e6:,.1f} MB"))

@@ -5,7 +5,9 @@
   per-rank traces with or without ``manifest.json``, or one ``.json``/``.json.gz``);
   201 with ``{run_id, name, tags, pushed_by, headline}``; 400 for a bad run (nothing
   stored); 401 without a valid bearer token; 403 when no tokens are configured;
-  413 over the upload limit.
+  413 over the upload limit. With an ``Idempotency-Key`` header, a push repeating a
+  key that stored a run (same token) gets that run, 200 with the same object, and
+  stores nothing (422 when its name or tags differ).
 - ``GET /api/v1/runs[?name=NAME]``: the runs as ``history --json`` lists them.
 - ``GET /api/v1/runs/{id}``: a run with its per-rank figures and findings.
 - ``GET /api/v1/runs/{id}/check?baseline=previous|ID&metric=M&max_regression_pct=X``:
@@ -20,11 +22,14 @@ memory) and refused with 413 as soon as it passes the limit; the run is decoded
 on a worker thread and stored by the catalog's single writer
 (``analyzer/store/access.py``), so concurrent pushes queue and all land and
 readers never see a half-stored run. Tokens never reach a log or a response.
+Every route answers in JSON, an unexpected error (500) and a request cut short
+by the server's stop (503) included: never uvicorn's plain-text 500.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import sys
@@ -49,6 +54,9 @@ from overlapscope.dashboard.settings import Settings
 PREFIX = "/api/v1"
 ZIP_MAGIC, GZIP_MAGIC = b"PK\x03\x04", b"\x1f\x8b"
 READ_THREADS = 4
+IDEMPOTENCY_HEADER = "idempotency-key"
+MAX_KEY_CHARS = 200
+RETRY_AFTER_S = "5"  # a client retrying after a 503 waits this long (Retry-After)
 
 
 def version() -> str:
@@ -73,6 +81,53 @@ def _error(status: int, message: str, headers: dict | None = None) -> Response:
 
 def _log(message: str) -> None:
     print(f"overlapscope: {message}", file=sys.stderr, flush=True)
+
+
+def _stopping(message: str) -> Response:
+    return _error(503, f"the server is stopping: {message}", {"Retry-After": RETRY_AFTER_S, "Connection": "close"})
+
+
+def in_json(route):
+    """``route`` answering in JSON whatever happens: a request that uvicorn cancels when
+    the server stops (after its grace period) gets a 503, an unexpected error a 500 with
+    the traceback in the server's log, instead of uvicorn's plain-text 500."""
+
+    @functools.wraps(route)
+    async def answer(request: Request) -> Response:
+        try:
+            return await route(request)
+        except asyncio.CancelledError:  # the stop cut it short: the response is this task's last act
+            return _stopping("try again once it is back")
+        except Exception as err:
+            _log(f"{request.method} {request.url.path} failed:\n{traceback.format_exc()}")
+            return _error(500, f"internal error ({type(err).__name__}): the server's log has the details")
+
+    return answer
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """The request's ``Idempotency-Key`` (None without one), or a ``UsageError``."""
+    if value is None:
+        return None
+    key = value.strip()
+    if not key or len(key) > MAX_KEY_CHARS or any(not 33 <= ord(ch) < 127 for ch in key):
+        raise UsageError(f"the Idempotency-Key header is 1 to {MAX_KEY_CHARS} visible ASCII characters "
+                         "(overlapscope push sends a UUID)")
+    return key
+
+
+def pushed(row: dict, status: int) -> Response:
+    """A stored run as a push's answer (201 stored now, 200 stored by an earlier push with the key)."""
+    return _json({"run_id": row["run_id"], "name": row["name"], "tags": row["tags"], "pushed_by": row["pushed_by"],
+                  "headline": row["headline"]}, status)
+
+
+def repeated(row: dict, name: str, tags: dict) -> Response:
+    """The answer to a push whose key stored ``row`` before: that run, unless it asked for another."""
+    if row["name"] != name or row["tags"] != tags:
+        return _error(422, f"this Idempotency-Key stored run {row['run_id']} under another name or other tags; "
+                           "a new push needs a new key")
+    return pushed(row, 200)
 
 
 def parse_tags(values: list[str]) -> dict:
@@ -110,13 +165,13 @@ class Api:
 
     def routes(self) -> list[Route]:
         return [
-            Route(f"{PREFIX}/health", self.health, methods=["GET"]),
-            Route(f"{PREFIX}/runs", self.list_runs, methods=["GET"]),
-            Route(f"{PREFIX}/runs", self.push, methods=["POST"]),
-            Route(f"{PREFIX}/runs/{{run_id:int}}", self.get_run, methods=["GET"]),
-            Route(f"{PREFIX}/runs/{{run_id:int}}/check", self.check, methods=["GET"]),
-            Route(f"{PREFIX}/runs/{{run_id:int}}/whatif", self.whatif, methods=["GET"]),
-            Route(f"{PREFIX}/runs/{{run_id:int}}/perfetto", self.perfetto, methods=["GET"]),
+            Route(f"{PREFIX}/health", in_json(self.health), methods=["GET"]),
+            Route(f"{PREFIX}/runs", in_json(self.list_runs), methods=["GET"]),
+            Route(f"{PREFIX}/runs", in_json(self.push), methods=["POST"]),
+            Route(f"{PREFIX}/runs/{{run_id:int}}", in_json(self.get_run), methods=["GET"]),
+            Route(f"{PREFIX}/runs/{{run_id:int}}/check", in_json(self.check), methods=["GET"]),
+            Route(f"{PREFIX}/runs/{{run_id:int}}/whatif", in_json(self.whatif), methods=["GET"]),
+            Route(f"{PREFIX}/runs/{{run_id:int}}/perfetto", in_json(self.perfetto), methods=["GET"]),
         ]
 
     def close(self) -> None:
@@ -269,24 +324,31 @@ class Api:
         try:
             name = catalog.check_run_name(request.query_params.get("name"))
             tags = catalog.check_tags(parse_tags(request.query_params.getlist("tag")))
+            key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
         except UsageError as err:
             return _error(400, str(err))
         folder = Path(tempfile.mkdtemp(prefix="overlapscope-push-"))
         try:
-            path = await self._spool(request, folder)
-            if isinstance(path, Response):
+            path = await self._spool(request, folder)  # the whole body, even for a repeated key:
+            if isinstance(path, Response):  # a client still sending would see its connection reset
                 return path
-            prepared = await asyncio.wrap_future(self._decodes.submit(self._prepare, path))
-
-            def store(con):
-                run_id = catalog.commit(con, prepared, name, tags, pushed_by=who)
-                return catalog.run(con, run_id)
-
+            if key is not None:  # a repeat (its answer was lost): no decode
+                found = await asyncio.wrap_future(self._reads.submit(self._read_now, self._keyed(key, who)))
+                if found is not None:
+                    _log(f"a repeated push of {name!r} by {who} answered with run {found['run_id']}")
+                    return repeated(found, name, tags)
+            decoding = self._decodes.submit(self._prepare, path)
             try:
-                row = await asyncio.wrap_future(self.catalog.submit(store))
-            except BaseException:
-                prepared.discard()  # not committed: its staging folder goes (commit removed a published one)
+                prepared = await asyncio.wrap_future(decoding)
+            except asyncio.CancelledError:
+                decoding.add_done_callback(_discard_prepared)  # the decode thread runs on: its files go
                 raise
+            row, created = await self._store(prepared, name, tags, who, key)
+        except asyncio.CancelledError:  # cut short by the server's stop, before the write
+            return _stopping("nothing was stored; push again once it is back")
+        except _StopDuringWrite:
+            return _stopping("the push may have been stored: push again with the same Idempotency-Key "
+                             "(overlapscope push does) to get its run")
         except InputError as err:
             return _error(400, uploads.display_error(err, folder))
         except CatalogBusy as err:
@@ -298,6 +360,53 @@ class Api:
             return _error(500, f"internal error ({type(err).__name__}): the server's log has the details")
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+        if not created:  # two pushes with one key were in flight at once: the first stored it
+            _log(f"a repeated push of {name!r} by {who} answered with run {row['run_id']}")
+            return repeated(row, name, tags)
         _log(f"stored run {row['run_id']} ({name}) pushed by {who} in {time.monotonic() - started:.2f} s")
-        return _json({"run_id": row["run_id"], "name": row["name"], "tags": row["tags"],
-                      "pushed_by": row["pushed_by"], "headline": row["headline"]}, 201)
+        return pushed(row, 201)
+
+    @staticmethod
+    def _keyed(key: str, who: str):
+        """A read: the run (as ``catalog.run`` lists it) that ``key`` stored for ``who``, or None."""
+        def work(con):
+            run_id = catalog.run_of_key(con, key, who)
+            return None if run_id is None else catalog.run(con, run_id)
+        return work
+
+    async def _store(self, prepared, name: str, tags: dict, who: str, key: str | None) -> tuple[dict, bool]:
+        """Commit on the writer thread, unless ``key`` stored a run meanwhile: (the run, stored now)."""
+        def store(con):
+            try:
+                found = catalog.run_of_key(con, key, who) if key is not None else None
+                if found is not None:  # checked on the single writer: no two runs get one key
+                    prepared.discard()
+                    return catalog.run(con, found), False
+                return catalog.run(con, catalog.commit(con, prepared, name, tags, pushed_by=who,
+                                                       idempotency_key=key)), True
+            except BaseException:
+                prepared.discard()  # not committed: its staging folder goes (commit removed a published one)
+                raise
+
+        try:
+            writing = self.catalog.submit(store)
+        except BaseException:  # the writer stopped: nothing was queued
+            prepared.discard()
+            raise
+        try:
+            return await asyncio.wrap_future(writing)
+        except asyncio.CancelledError:
+            if writing.cancel():  # it never ran: nothing stored, its files go here
+                prepared.discard()
+                raise
+            raise _StopDuringWrite() from None  # it runs on (or ran): stored or not, the key tells
+
+
+class _StopDuringWrite(Exception):
+    """The server's stop cut a push short while the writer stored it."""
+
+
+def _discard_prepared(future) -> None:
+    """A decode that finished after its push was cut short: its staging folder goes."""
+    if not future.cancelled() and future.exception() is None:
+        future.result().discard()

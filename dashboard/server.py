@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
 import socket
 import sys
 from contextlib import asynccontextmanager
@@ -108,6 +109,16 @@ def preload() -> None:
     import pyarrow  # noqa: F401
 
 
+def _end_now(status: int) -> None:
+    """End the process at once, as SIGTERM's default action does after the same stop. A normal
+    exit joins every worker thread, so a push's decode cut short by the stop (it runs in a
+    thread and cannot be interrupted) would hold the exit for as long as it takes, minutes for
+    a large run; its staging folder is swept by the next writer."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def serve(settings: Settings, port: int, address: str) -> int:
     """Run the dashboard and its API until SIGTERM or SIGINT; the exit status."""
     import uvicorn
@@ -125,6 +136,8 @@ def serve(settings: Settings, port: int, address: str) -> int:
     server = uvicorn.Server(uvicorn.Config(app, host=address, port=port, **kwargs))
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn stopped on SIGINT (requests, lifespan: all done) and raised it again
+        _end_now(130)
     finally:
         sock.close()
     if not server.started:

@@ -54,11 +54,11 @@ def zipped(bundle: Path) -> bytes:
 
 
 def request(url: str, method: str, route: str, params=None, body: bytes | None = None,
-            token: str | None = None) -> tuple[int, dict]:
-    """One raw HTTP request to the API; (status, JSON answer)."""
+            token: str | None = None, headers: dict | None = None) -> tuple[int, dict]:
+    """One raw HTTP request to the API; (status, JSON answer: a body that is no JSON fails here)."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
     try:
         conn.request(method, f"/api/v1{route}{'?' + urlencode(params) if params else ''}", body=body,
                      headers=headers)
@@ -68,9 +68,10 @@ def request(url: str, method: str, route: str, params=None, body: bytes | None =
         conn.close()
 
 
-def push_raw(url: str, body: bytes, name: str, token: str | None = TOKEN, tags=(), file: str | None = None):
+def push_raw(url: str, body: bytes, name: str, token: str | None = TOKEN, tags=(), file: str | None = None,
+             key: str | None = None):
     params = [("name", name)] + [("tag", t) for t in tags] + ([("file", file)] if file else [])
-    return request(url, "POST", "/runs", params, body, token)
+    return request(url, "POST", "/runs", params, body, token, {"Idempotency-Key": key} if key else None)
 
 
 def runs(url: str, name: str | None = None) -> list[dict]:
@@ -177,6 +178,49 @@ def test_refused_pushes_store_nothing(server, tmp_path):
                           env={k: v for k, v in os.environ.items() if k != "OVERLAPSCOPE_TOKEN"})
     assert done.returncode == 2 and "HTTP 401" in done.stderr
     assert runs(url) == before
+
+
+def test_a_repeated_idempotency_key_gets_the_run_it_stored(server):
+    """A push sent again with its key (its answer was lost) is answered with the run the first
+    stored, 200 and the same object, and stores nothing; the key is the pushing token's."""
+    url, _, _ = server
+    body, key = zipped(SAMPLES / "ddp"), "0b6f2a8e-5d1c-4a55-9b0e-3c1f7d2e9a10"
+    status, first = push_raw(url, body, "keyed", tags=["commit=abc"], key=key)
+    assert status == 201, first
+    stored = runs(url, "keyed")
+    status, again = push_raw(url, body, "keyed", tags=["commit=abc"], key=key)
+    assert status == 200 and again == first
+    assert runs(url, "keyed") == stored and len(stored) == 1
+    # the same key asking for another run is refused, nothing stored
+    status, answer = push_raw(url, body, "keyed-other", tags=["commit=abc"], key=key)
+    assert status == 422 and f"run {first['run_id']}" in answer["error"]
+    status, answer = push_raw(url, body, "keyed", tags=["commit=def"], key=key)
+    assert status == 422
+    assert push_raw(url, body, "keyed", key="a key with spaces")[0] == 400
+    assert push_raw(url, body, "keyed", key="x" * 201)[0] == 400
+    assert runs(url, "keyed") == stored and runs(url, "keyed-other") == []
+    # another token's push with the same key is another client's: stored
+    status, other = push_raw(url, body, "keyed", token=OTHER_TOKEN, tags=["commit=abc"], key=key)
+    assert status == 201 and other["run_id"] != first["run_id"] and other["pushed_by"] == "alice"
+
+
+def test_a_server_without_tokens_refuses_every_push(tmp_path):
+    """Started without --api-tokens, the API reads but refuses writes: 403 with or without a
+    token, the CLI says why in one line (exit 2), and nothing is stored."""
+    proc, url = start_server(tmp_path / "catalog.duckdb")
+    try:
+        status, health = request(url, "GET", "/health")
+        assert status == 200 and health["writes"] is False and health["runs"] == 0
+        body = zipped(SAMPLES / "ddp")
+        for token in ("any-token-at-all-12345", None):
+            status, answer = push_raw(url, body, "refused", token=token)
+            assert status == 403 and "--api-tokens" in answer["error"], answer
+        done = subprocess.run([*COMMAND, "push", url, str(SAMPLES / "ddp"), "--run", "refused"], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "OVERLAPSCOPE_TOKEN": TOKEN})
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "accepts no pushes" in done.stderr
+        assert runs(url) == []
+    finally:
+        stop_server(proc)
 
 
 def test_every_key_the_api_answers_is_documented(server):
@@ -321,16 +365,20 @@ def _port_free(port: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_everything_within_5_s(tmp_path, sig):
     """SIGTERM or SIGINT to the dashboard's process only (not its group): 5 s later nothing it
-    started runs, the port is free and the catalog is not locked, even with a push in flight."""
+    started runs, the port is free and the catalog is not locked, even with a push in flight.
+    That push gets a JSON answer or none (never a plain-text 500); sent again with its
+    Idempotency-Key to the restarted server, it ends as exactly one run, whether the stop
+    stored it or not."""
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{TOKEN} ci\n")
     db = tmp_path / "catalog.duckdb"
     proc, url = start_server(db, "--api-tokens", str(tokens))
     port = urlsplit(url).port
+    key, outcome = "5e0c1d4a-7f1b-4c2a-8f3e-2b9d6a1c0e77", {}
     try:
         assert push_raw(url, zipped(SAMPLES / "ddp"), "before")[0] == 201
         body = zipped(SAMPLES / "hsdp_2x2")
-        inflight = threading.Thread(target=lambda: _ignore_errors(push_raw, url, body, "inflight"), daemon=True)
+        inflight = threading.Thread(target=_push_recording, args=(outcome, url, body, "inflight", key), daemon=True)
         inflight.start()
         time.sleep(0.3)
         os.kill(proc.pid, sig)
@@ -342,6 +390,11 @@ def test_a_signal_stops_everything_within_5_s(tmp_path, sig):
         assert _port_free(port)
     finally:
         stop_server(proc)
+    inflight.join(30)
+    assert "not JSON" not in outcome, outcome["not JSON"]
+    first = outcome.get("answer")
+    assert first is None or first[0] in (201, 503), first
+    print(f"{sig.name}: the push in flight got {first or outcome}")
     from overlapscope.analyzer.store import catalog
 
     con = catalog.open_catalog(db)  # not locked; and never half a run
@@ -349,13 +402,25 @@ def test_a_signal_stops_everything_within_5_s(tmp_path, sig):
     assert "before" in names and set(names) <= {"before", "inflight"}
     assert all(r["ranks"] == r["world_size"] and r["headline"] for r in catalog.runs(con))
     con.close()
-
-
-def _ignore_errors(fn, *args):
+    proc, url = start_server(db, "--api-tokens", str(tokens))  # the push again, as overlapscope push retries
     try:
-        fn(*args)
-    except OSError:  # the server stopped under it
-        pass
+        status, again = push_raw(url, body, "inflight", key=key)
+        assert status in (200, 201), again
+        if first is not None and first[0] == 201:
+            assert status == 200 and again == first[1]
+        assert [r["run_id"] for r in runs(url, "inflight")] == [again["run_id"]]
+    finally:
+        stop_server(proc)
+
+
+def _push_recording(outcome: dict, url: str, body: bytes, name: str, key: str) -> None:
+    """A push whose server may stop under it: its (status, answer), or how it failed."""
+    try:
+        outcome["answer"] = push_raw(url, body, name, key=key)
+    except (OSError, http.client.HTTPException) as err:  # the connection closed without an answer
+        outcome["no answer"] = err
+    except ValueError as err:  # an answer that is not JSON (uvicorn's plain-text 500)
+        outcome["not JSON"] = err
 
 
 def test_whatif_and_the_perfetto_download(server):

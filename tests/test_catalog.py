@@ -156,7 +156,7 @@ def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db, capsys):
     after = catalog.runs(con)[0]
     assert {k: v for k, v in after.items() if k != "created_at"} == {k: v for k, v in before.items()
                                                                     if k != "created_at"}
-    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "4"
+    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "5"
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     assert not tables & {"events", "tracks", "collectives", "annotation_roles"}, "the events left the catalog"
     run_dir = runstore.run_dir(tmp_path / "v1.duckdb", _data_dir(con, after["run_id"]))
@@ -175,3 +175,23 @@ def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db, capsys):
         for key in fresh:
             if key != "run":
                 assert stored[key] == fresh[key], (command, key)
+
+
+def test_a_version_4_catalog_gains_the_idempotency_key(tmp_path, db):
+    """A catalog of schema 4 (before pushes carried a key): opening it adds runs.idempotency_key,
+    its runs keep theirs empty, and a run committed with a key is found by it, for its pusher only."""
+    con = catalog.open_catalog(db)
+    catalog.ingest(con, [bundle(tmp_path / "a")], "old")
+    con.execute("ALTER TABLE runs DROP COLUMN idempotency_key")
+    con.execute("UPDATE catalog_info SET value = '4' WHERE key = 'schema_version'")
+    con.close()
+    con = catalog.open_catalog(db, read_only=True)  # upgrades first (briefly read-write)
+    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "5"
+    assert con.execute("SELECT idempotency_key FROM runs").fetchall() == [(None,)]
+    con.close()
+    con = catalog.open_catalog(db)
+    prepared = catalog.prepare(db, [bundle(tmp_path / "b")], workers=1)
+    run_id = catalog.commit(con, prepared, "pushed", pushed_by="ci", idempotency_key="key-1")
+    assert catalog.run_of_key(con, "key-1", "ci") == run_id == 2
+    assert catalog.run_of_key(con, "key-1", "alice") is None and catalog.run_of_key(con, "key-2", "ci") is None
+    con.close()

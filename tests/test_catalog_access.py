@@ -3,6 +3,7 @@ process holds, and the API's tokens."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -15,14 +16,15 @@ from overlapscope.analyzer.store import access, catalog
 from overlapscope.dashboard import auth
 from conftest import SAMPLES
 
-HOLD = ("import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); print('locked', flush=True); "
-        "time.sleep(float(sys.argv[2]))")
+HOLD = ("import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('locked', flush=True); "
+        "sys.stdin.readline()")
 
 
-def _holder(path, seconds: float) -> subprocess.Popen:
-    """Another process holding the catalog's write lock for ``seconds``."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path), str(seconds)], stdout=subprocess.PIPE)
-    assert proc.stdout.readline().strip() == b"locked"
+def _holder(path) -> subprocess.Popen:
+    """Another process holding the catalog's write lock until a line arrives on its stdin (or it is killed)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "locked"
     return proc
 
 
@@ -37,18 +39,29 @@ def _cli(*args, env_extra=None, timeout=120):
 
 @pytest.mark.slow
 def test_ingest_waits_for_a_lock_held_for_seconds(tmp_path):
+    """An ingest that finds the catalog held says so once and waits; released, it stores its run
+    (the holder lets go only once the ingest said it waits: no race with the decode's time)."""
+    from test_api import COMMAND
+
     db = tmp_path / "catalog.duckdb"
     catalog.open_catalog(db).close()
-    holder = _holder(db, 3)
+    holder = _holder(db)
+    ingest = None
     try:
-        started = time.monotonic()
-        done = _cli("ingest", str(SAMPLES / "ddp"), "--run", "waited", "--db", str(db))
-        assert done.returncode == 0, done.stderr
-        assert time.monotonic() - started > 1.5, "it waited for the holder"
-        assert "in use by another process" in done.stderr and "waiting up to 120 s" in done.stderr
+        ingest = subprocess.Popen([*COMMAND, "ingest", str(SAMPLES / "ddp"), "--run", "waited", "--db", str(db)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = ingest.stderr.readline()
+        assert "in use by another process" in first and "waiting up to 120 s" in first, first + ingest.stderr.read()
+        holder.stdin.write("let go\n")
+        holder.stdin.flush()
+        assert holder.wait(60) == 0
+        _, err = ingest.communicate(timeout=120)
+        assert ingest.returncode == 0, err
     finally:
-        holder.kill()
-        holder.wait()
+        for proc in (holder, ingest):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
     con = catalog.open_catalog(db, read_only=True)
     assert [r["name"] for r in catalog.runs(con)] == ["waited"]
     con.close()
@@ -58,7 +71,7 @@ def test_ingest_waits_for_a_lock_held_for_seconds(tmp_path):
 def test_the_wait_is_bounded_and_says_so(tmp_path):
     db = tmp_path / "catalog.duckdb"
     catalog.open_catalog(db).close()
-    holder = _holder(db, 60)
+    holder = _holder(db)
     try:
         done = _cli("ingest", str(SAMPLES / "ddp"), "--run", "late", "--db", str(db),
                     env_extra={"OVERLAPSCOPE_CATALOG_WAIT_S": "1"})
@@ -127,6 +140,67 @@ def test_an_idle_server_lets_another_process_in(tmp_path):
     other = subprocess.run([sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1]).close()", str(db)],
                            capture_output=True, timeout=60)
     assert other.returncode == 0, other.stderr
+
+
+# A prune (the real command) that stops inside its swap window (the old file closed, the
+# compacted copy not yet renamed over it) until a line arrives on its stdin.
+PAUSED_PRUNE = """
+import sys
+from overlapscope.analyzer.store import retention
+from overlapscope.cli import main
+
+real_swap = retention.swap
+
+def paused_swap(compacted, path):
+    print("in the window", flush=True)
+    sys.stdin.readline()
+    return real_swap(compacted, path)
+
+retention.swap = paused_swap
+sys.exit(main(["prune", "--keep-last", "0", "--db", sys.argv[1], "--json"]))
+"""
+
+
+@pytest.mark.slow
+def test_a_writer_never_commits_into_the_file_that_prune_replaces(tmp_path):
+    """Two real processes: prune stops between closing the catalog and renaming its compacted
+    copy over it (DuckDB's lock is free then); an ingest that wants the file in that window
+    waits, says so, and stores its run in the new file once prune is done: nothing is lost."""
+    db = tmp_path / "catalog.duckdb"
+    con = catalog.open_catalog(db)
+    for _ in range(2):
+        catalog.ingest(con, [str(SAMPLES / "ddp")], "old")
+    con.close()
+    prune = subprocess.Popen([sys.executable, "-c", PAUSED_PRUNE, str(db)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ingest = None
+    try:
+        assert prune.stdout.readline().strip() == "in the window", prune.stderr.read()
+        from test_api import COMMAND
+
+        ingest = subprocess.Popen([*COMMAND, "ingest", str(SAMPLES / "ddp_straggler"), "--run", "new", "--db", str(db)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # it decodes, then wants the file: it says it waits (or, unguarded, stores into the old file and exits)
+        first = ingest.stderr.readline()
+        assert "prune or delete putting its compacted copy in place" in first and "waiting up to" in first, \
+            first + ingest.stderr.read()
+        assert ingest.poll() is None
+        prune.stdin.write("go on\n")
+        prune.stdin.flush()
+        out, err = prune.communicate(timeout=120)
+        assert prune.returncode == 0, err
+        assert json.loads(out)["pruned"] == [1, 2]
+        _, err = ingest.communicate(timeout=180)
+        assert ingest.returncode == 0, err
+    finally:
+        for proc in (prune, ingest):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    con = catalog.open_catalog(db, read_only=True)
+    stored = {r["run_id"]: (r["name"], r["pruned_at"] is not None) for r in catalog.runs(con)}
+    con.close()
+    assert stored == {1: ("old", True), 2: ("old", True), 3: ("new", False)}
 
 
 # --- tokens --------------------------------------------------------------------------

@@ -199,7 +199,7 @@ def test_upload_then_overview_timeline_and_checklist(tmp_path, dashboard_bundles
 
 def test_history_draws_one_line_per_name_and_marks_the_regression(tmp_path):
     """Three runs of one name (ddp, ddp, then the straggler: exposed comm grows ~17x) and two of
-    another: the History page draws two lines, one red triangle on the straggler's run, and a
+    another: the History page draws two lines, one black triangle on the straggler's run, and a
     click on that run opens its Overview."""
     sync_api = pytest.importorskip("playwright.sync_api")
     expect = sync_api.expect

@@ -246,6 +246,10 @@ def test_history_marks_the_regression(monkeypatch, nightly_db):
     assert {r["run_id"] for r in rows if r["regression"]} == {4}, "only the straggler regressed"
     assert next(r for r in rows if r["run_id"] == 2)["name"] == "other"
     assert any(c.value.startswith("Showing 4 runs of 2 names") for c in at.caption)
+    # the caption names the mark the chart draws
+    marked = spec["layer"][2]["mark"]
+    assert marked["shape"] == "triangle-up" and marked["color"] == "#000000"
+    assert any("A black triangle marks a run worse" in c.value for c in at.caption)
     assert any(h.value == "Regressions (1)" for h in at.subheader)
     # exposed comm grew about 17x (1,656 %): a bound of 2,000 % lets it pass
     at.number_input(key="history_bound").set_value(2000.0).run()

@@ -124,7 +124,7 @@ def test_a_version_2_catalog_gains_the_kept_figures(db, tmp_path):
     con = catalog.open_catalog(db, read_only=True)  # upgrades first (briefly read-write)
     assert catalog.figures(con, run_id) == expected and expected["steps"]
     assert catalog.runs(con)[0]["pushed_by"] is None
-    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "4"
+    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "5"
     assert runstore.has_raw(_run_dir(con, db, run_id))
     con.close()
 
@@ -158,12 +158,11 @@ def test_bytes_per_run_before_and_after_prune(tmp_path, capsys):
     con.execute("CHECKPOINT")
     full = retention.size_bytes(db)
     retention.prune(con, ids)
-    compacted = retention.compact(con, db)
-    con.close()
-    assert retention.swap(compacted, db)
+    assert retention.rewrite(con, db)
     pruned = retention.size_bytes(db)
     assert pruned < full / 3
     per_run, per_run_pruned = (full - empty) / len(ids), (pruned - empty) / len(ids)
     print(f"\n{len(ids)} sample runs, {ranks} ranks: {full / 1e6:.1f} MB ({per_run / 1e6:.2f} MB per run, "
           f"{(full - empty) / ranks / 1e6:.2f} MB per rank); pruned {pruned / 1e6:.2f} MB "
-          f"({per_run_pruned / 1e3:.0f} kB per run); empty catalog {empty / 1e6:.2f} MB")
+          f"({per_run_pruned / 1e3:.0f} kB per run, {(pruned - empty) / ranks / 1e3:.0f} kB per rank); "
+          f"empty catalog {empty / 1e6:.2f} MB")

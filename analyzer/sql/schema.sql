@@ -28,8 +28,12 @@ CREATE TABLE IF NOT EXISTS runs (
     pushed_by    VARCHAR,              -- the name of the API token that pushed it; NULL: stored locally
     pruned_at    TIMESTAMP,            -- when prune dropped its raw events (events, tracks, collectives,
                                        -- flows, memory, annotation_roles); NULL: complete
-    data_dir     VARCHAR               -- the run's folder in the catalog's run store (store/runstore.py):
+    data_dir     VARCHAR,              -- the run's folder in the catalog's run store (store/runstore.py):
                                        -- its per-rank Parquet files and analyses; NULL in an in-memory store
+    idempotency_key VARCHAR            -- the Idempotency-Key header of the push that stored it (a UUID that
+                                       -- overlapscope push makes per invocation): a push repeating the key
+                                       -- with the same token is answered with this run, not stored again;
+                                       -- NULL: stored without one (ingest, the Upload page)
 );
 
 -- One row per loaded rank (one trace file).

@@ -71,7 +71,7 @@ def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False,
 def _open(path, read_only: bool):
     import duckdb
 
-    from overlapscope.analyzer.store import database
+    from overlapscope.analyzer.store import database, swaplock
     from overlapscope.analyzer.store.migrate import CatalogOutdated
 
     path = Path(path) if path else default_path()
@@ -81,9 +81,13 @@ def _open(path, read_only: bool):
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
         try:
-            return database.connect(str(path), read_only=read_only)
+            if read_only:
+                return database.connect(str(path), read_only=True)
+            with swaplock.held(path):  # never open a file that prune or delete is replacing
+                return database.connect(str(path))
         except CatalogOutdated:
-            database.connect(str(path)).close()  # upgrades in one transaction
+            with swaplock.held(path):
+                database.connect(str(path)).close()  # upgrades in one transaction
             return database.connect(str(path), read_only=True)
     except duckdb.IOException as err:
         first = str(err).splitlines()[0]
@@ -154,11 +158,13 @@ def _write_error(catalog_path, err: OSError) -> CatalogWriteError:
     return CatalogWriteError(f"{catalog_path}: cannot store the run, nothing was stored: {why}")
 
 
-def commit(con, prepared: Prepared, name: str, tags: dict | None = None, pushed_by: str | None = None) -> int:
+def commit(con, prepared: Prepared, name: str, tags: dict | None = None, pushed_by: str | None = None,
+           idempotency_key: str | None = None) -> int:
     """Store a prepared run as ``name`` in one short transaction: its folder moves into the
     run store, its rows (run, ranks, steps, headline, findings, figures) into the catalog.
     A failure leaves neither; a crash between the two leaves an unnamed folder that the
-    next writer sweeps. Returns the run id."""
+    next writer sweeps. ``idempotency_key``: the push's key, recorded with the run
+    (``run_of_key``). Returns the run id."""
     import duckdb
 
     from overlapscope.analyzer.store import database, results as stored
@@ -177,7 +183,8 @@ def commit(con, prepared: Prepared, name: str, tags: dict | None = None, pushed_
     try:
         database.insert_run_rows(con, run_id, prepared.results, name, prepared.source, prepared.inputs.manifest,
                                  prepared.inputs.manifest_text, tags, pushed_by, data_dir=data_dir,
-                                 clock_offsets_ns=prepared.computed["clock_offsets_ns"])
+                                 clock_offsets_ns=prepared.computed["clock_offsets_ns"],
+                                 idempotency_key=idempotency_key)
         for r in prepared.results:
             database.insert_arrow(con, "steps", run_id, r.tables["steps"])
         stored.save(con, run_id, prepared.computed)
@@ -216,6 +223,12 @@ def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: 
     except BaseException:
         prepared.discard()  # not committed (commit took back a folder it had published)
         raise
+
+
+def run_of_key(con, idempotency_key: str, pushed_by: str | None) -> int | None:
+    """The run that a push with ``idempotency_key`` by ``pushed_by`` (a token's name) stored; None."""
+    found = sql.one(con, "catalog.run_of_key", key=idempotency_key, pushed_by=pushed_by)
+    return found[0] if found else None
 
 
 # history's rows: these headline figures at the top level, as before the headline existed.

@@ -84,12 +84,15 @@ def next_run_id(con) -> int:
 
 def insert_run_rows(con, run_id: int, ranks, name: str, source: str, manifest: Manifest | None = None,
                     manifest_text: str | None = None, tags: dict | None = None, pushed_by: str | None = None,
-                    data_dir: str | None = None, clock_offsets_ns: dict | None = None) -> None:
+                    data_dir: str | None = None, clock_offsets_ns: dict | None = None,
+                    idempotency_key: str | None = None) -> None:
     """The ``runs`` row of run ``run_id`` and its ``ranks`` rows (``ranks``: anything with
     ``meta`` and ``counts``, decoded ranks or their results), with each rank's clock offset."""
     row = {"run_id": run_id, **_run_row(name, source, ranks, manifest, manifest_text, tags, pushed_by)}
     if data_dir is not None:
         row["data_dir"] = data_dir
+    if idempotency_key is not None:
+        row["idempotency_key"] = idempotency_key
     _insert_row(con, "runs", row)
     offsets = clock_offsets_ns or {}
     for r in ranks:

@@ -9,6 +9,8 @@ a prune (``rank_metrics``, ``step_metrics``, ``group_metrics``).
 Version 4 keeps each run's raw per-rank tables as Parquet files in the run store
 beside the catalog (``runstore.py``), with its ranks' results and its analyses;
 the catalog's own event tables go (``runs.data_dir`` names the run's folder).
+Version 5 records the Idempotency-Key of a pushed run (``runs.idempotency_key``),
+so that a push repeated after a lost answer gets its run instead of a copy.
 A catalog of a newer version than this code knows is refused in one line.
 Every statement is a named query of ``sql/queries/migrate.sql``.
 """
@@ -20,7 +22,7 @@ import json
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RAW_TABLES = ("tracks", "events", "collectives", "flows", "memory", "annotation_roles")  # raw.sql
 
 
@@ -81,6 +83,8 @@ def upgrade(con, found: int | None) -> None:
             _from_2(con)
         if found in (1, 2, 3):
             _to_run_store(con)
+        if "idempotency_key" not in _columns(con, "runs"):  # versions 1 to 4
+            _run(con, "add_runs_idempotency_key")
         _run(con, "set_version", version=str(SCHEMA_VERSION))
         con.execute("COMMIT")
     except BaseException:

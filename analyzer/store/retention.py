@@ -9,7 +9,8 @@ its ranks' results and its stored analyses (buckets, checklist). ``delete``
 removes a run whole. The catalog's rows change in one transaction each; the files
 go once it committed (a crash in between leaves files that the next prune or
 writer removes). DuckDB reuses freed blocks but never shrinks its file, so
-``compact`` rewrites it.
+``rewrite`` copies it without them and renames the copy over it, under the swap
+lock (``swaplock.py``) so that no writer opens the old file in between.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.store import runstore
+from overlapscope.analyzer.store import runstore, swaplock
 
 # The catalog's rows of a run besides its ``runs`` row: what delete drops.
 KEPT_TABLES = ("steps", "ranks", "metrics", "findings", "rank_metrics", "step_metrics", "group_metrics")
@@ -96,6 +97,17 @@ def compact(con, path: str | os.PathLike) -> Path:
     finally:
         con.execute("DETACH _compact")
     return target
+
+
+def rewrite(con, path: str | os.PathLike) -> bool:
+    """Compact the catalog behind ``con`` (open read-write on ``path``) and put the copy in
+    place; ``con`` is closed. From before the old file is closed until the copy is in place,
+    the swap lock keeps every read-write open out (it waits, then opens the copy), so no
+    commit lands in the file being replaced. False when the copy was not used (``swap``)."""
+    compacted = compact(con, path)
+    with swaplock.held(path, wait=True):
+        con.close()
+        return swap(compacted, path)
 
 
 def swap(compacted: Path, path: str | os.PathLike) -> bool:

@@ -46,7 +46,7 @@ def render() -> None:
     _open_picked(event)
     higher = "higher" if gate.HIGHER_IS_BETTER[metric] else "lower"
     names = shape.history_names(rows)
-    st.caption(f"Showing {len(rows)} runs of {len(names)} names, one line per name; {higher} is better. A red "
+    st.caption(f"Showing {len(rows)} runs of {len(names)} names, one line per name; {higher} is better. A black "
                f"triangle marks a run worse than the previous run of its name by more than {bound:g} %. "
                "Click a run to open it.")
     tables.show(names, shape.history_name_table(METRICS[metric]))

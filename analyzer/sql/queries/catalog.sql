@@ -25,6 +25,10 @@ FROM (SELECT name, coalesce(name LIKE 'sample/%' AND json_extract_string(tags, '
                    AS is_sample
       FROM runs);
 
+-- name: run_of_key
+-- The run a push with this Idempotency-Key stored, for the same token's name (NULL: stored locally).
+SELECT run_id FROM runs WHERE idempotency_key = $key AND pushed_by IS NOT DISTINCT FROM $pushed_by;
+
 -- What ingest stores beside a run's rows (store/results.py).
 
 -- name: set_headline

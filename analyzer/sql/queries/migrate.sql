@@ -99,3 +99,8 @@ DROP TABLE memory;
 
 -- name: drop_annotation_roles
 DROP TABLE annotation_roles;
+
+-- Version 4 -> 5: the Idempotency-Key of a pushed run.
+
+-- name: add_runs_idempotency_key
+ALTER TABLE runs ADD COLUMN idempotency_key VARCHAR;
