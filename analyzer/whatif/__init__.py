@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from overlapscope.analyzer.headline import overlap_pct, slowest
 from overlapscope.analyzer.whatif import apply, memory
-from overlapscope.analyzer.whatif.changes import Changes
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.whatif.changes import READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
 from overlapscope.analyzer.whatif.comm import CommModel
 from overlapscope.analyzer.whatif.plan import StepPlan, plans
 from overlapscope.analyzer.whatif.replay import replay_plan
@@ -151,6 +152,45 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
     }
 
 
+def _setting(a, name: str, ratio: bool):
+    """The run's own setting of flag ``name``, as the flag's reader gives it (None: the
+    trace and manifest do not tell). ``ratio``: the sweep's values are multiples (``2x``)."""
+    m = a.info.manifest
+    dtype = str(m.reduce_dtype or "").lower().replace("torch.", "")
+    known = {
+        "bucket-mb": m.bucket_cap_mb,
+        "accum": m.accumulation_steps,
+        "sync": None if m.no_sync is None else not m.no_sync,
+        "reshard-after-forward": m.reshard_after_forward if m.units else None,
+        "wrap": m.wrapping if m.wrapping in WRAPS else None,
+        "hsdp": m.hsdp_shape[1] if m.hsdp_shape else None,
+        "tokens": Scale(1.0, True) if ratio else (Scale(float(a.tokens), False) if a.tokens else None),
+        "bandwidth": Scale(1.0, True) if ratio else None,
+        "gpus": a.info.world_size,
+        "reduce-dtype": ("bf16" if REDUCE_DTYPES[dtype] == 2 else "fp32") if dtype in REDUCE_DTYPES else None,
+    }
+    return known.get(name)
+
+
+def measured_value(a, name: str, values: list[str]) -> str | None:
+    """Where the run itself sits on a sweep over ``name``: the value among ``values`` that
+    means its own setting, else that setting written as a value (``1x``, ``25``, ``on``);
+    None where the run does not tell (the sweep's ``measured_value``)."""
+    setting = _setting(a, name, any(v.strip().lower().endswith("x") for v in values))
+    if setting is None:
+        return None
+    _, reader = READERS[name]
+    for v in values:
+        try:
+            if reader(v, name) == setting:
+                return v
+        except UsageError:
+            continue
+    if isinstance(setting, bool):
+        return "on" if setting else "off"
+    return f"{setting:g}" if isinstance(setting, float) else str(setting)
+
+
 def sweep(a, name: str, points: list[tuple[str, Changes]]) -> dict:
     """One prediction per point of a sweep (``whatif --sweep``): the JSON's ``sweep``."""
     rows = []
@@ -159,4 +199,5 @@ def sweep(a, name: str, points: list[tuple[str, Changes]]) -> dict:
         rows.append({"value": value, "label": p["label"], "predicted": p["predicted"], "model": p["model"],
                      "memory": p["memory"], "warnings": p["warnings"]})
     base = predict(a, Changes())
-    return {"name": name, "measured": base["measured"], "replayed": base["replayed"], "points": rows}
+    return {"name": name, "measured": base["measured"], "replayed": base["replayed"],
+            "measured_value": measured_value(a, name, [v for v, _ in points]), "points": rows}
