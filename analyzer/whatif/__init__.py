@@ -24,6 +24,7 @@ The changes are applied by whatif.apply; memory per GPU by whatif.memory.
 from __future__ import annotations
 
 from overlapscope.analyzer.headline import overlap_pct, slowest
+from overlapscope.analyzer.units import MS_DIGITS, pct
 from overlapscope.analyzer.whatif import apply, memory
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.whatif.changes import READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
@@ -35,11 +36,12 @@ KEYS = ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct")
 
 
 def _figures(step_ms: float, compute_ms: float, comm_ms: float, exposed_ms: float) -> dict:
+    """One step's figures, to the ns as the measurement's (an unchanged replay rounds to it)."""
     comm_ms = max(0.0, comm_ms)
     exposed_ms = min(max(0.0, exposed_ms), comm_ms)
-    return {"step_ms": round(step_ms, 4), "compute_ms": round(compute_ms, 4), "comm_ms": round(comm_ms, 4),
-            "exposed_comm_ms": round(exposed_ms, 4),
-            "overlap_pct": round(100.0 * (comm_ms - exposed_ms) / comm_ms, 2) if comm_ms > 0 else None}
+    return {"step_ms": round(step_ms, MS_DIGITS), "compute_ms": round(compute_ms, MS_DIGITS),
+            "comm_ms": round(comm_ms, MS_DIGITS), "exposed_comm_ms": round(exposed_ms, MS_DIGITS),
+            "overlap_pct": pct(comm_ms - exposed_ms, comm_ms)}
 
 
 def _step(plan: StepPlan, changed: StepPlan) -> dict:
