@@ -274,9 +274,25 @@ def blocking_families(rows) -> dict[str, bool]:
     return {k: comm[k] > 0 and exposed[k] / comm[k] >= BLOCKING_EXPOSED for k in comm}
 
 
+def _passes(rows, kind: str, a, model, pass_ms: float) -> list:
+    """The passes of one step: one per micro-batch with collectives of the step's family."""
+    by_mb: dict = defaultdict(list)
+    for r in rows:
+        if r.kind == kind:
+            by_mb[r.microbatch].append(r)
+    out = []
+    for mb in sorted(by_mb, key=lambda m: (m is None, m)):
+        if kind == "ddp_bucket":
+            out.append(_ddp_pass(by_mb[mb], model, a.info.device_kind, pass_ms, a.lanes))
+        else:
+            p = _fsdp_pass(by_mb[mb], model, a.info.device_kind, *_fsdp_windows(by_mb[mb]), a.lanes)
+            if p:
+                out.append(p)
+    return out
+
+
 def plans(a, model) -> list[StepPlan]:
     """One StepPlan per (rank, step) of the analysis that has DDP buckets or FSDP units."""
-    device = a.info.device_kind
     blocking = blocking_families(a.collectives)
     by_step: dict[tuple, list] = defaultdict(list)
     for r in a.collectives:
@@ -288,31 +304,13 @@ def plans(a, model) -> list[StepPlan]:
         if not rows:
             continue
         after = [r.compute_after_ns for r in rows if r.compute_after_ns is not None]
-        optimizer_ms = min(after) / NS_PER_MS if after else 0.0
-        plan = StepPlan(s["rank"], s["step"], s["step_ms"], s["compute_ms"], s["comm_ms"], s["exposed_comm_ms"],
-                        min(optimizer_ms, s["compute_ms"]))
-        by_mb: dict = defaultdict(list)
-        for r in rows:
-            by_mb[r.microbatch].append(r)
+        optimizer_ms = min(min(after) / NS_PER_MS if after else 0.0, s["compute_ms"])
         kind = max(("ddp_bucket", "fsdp_unit"), key=lambda k: sum(r.kind == k for r in rows))
-        plan.blocking = blocking.get(kind, False)
-        mbs = sorted(by_mb, key=lambda m: (m is None, m))
         # a pass's compute: the measured compute of the passes shared by the micro-batches
-        microbatches = max(len(mbs), int(a.info.manifest.accumulation_steps or 1))
-        pass_ms = plan.pass_compute_ms / microbatches
-        for mb in mbs:
-            mine = [r for r in by_mb[mb] if r.kind == kind]
-            if not mine:
-                continue
-            if kind == "ddp_bucket":
-                plan.passes.append(_ddp_pass(mine, model, device, pass_ms, a.lanes))
-            else:
-                fwd, bwd = _fsdp_windows(mine)
-                p = _fsdp_pass(mine, model, device, fwd, bwd, a.lanes)
-                if p:
-                    plan.passes.append(p)
-        plan.microbatches = microbatches
-        if plan.passes:
-            out.append(plan)
+        microbatches = max(len({r.microbatch for r in rows}), int(a.info.manifest.accumulation_steps or 1))
+        pass_ms = max(0.0, s["compute_ms"] - optimizer_ms) / microbatches
+        passes = _passes(rows, kind, a, model, pass_ms)
+        if passes:
+            out.append(StepPlan(s["rank"], s["step"], s["step_ms"], s["compute_ms"], s["comm_ms"],
+                                s["exposed_comm_ms"], optimizer_ms, passes, microbatches, blocking.get(kind, False)))
     return out
-
