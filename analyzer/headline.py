@@ -26,6 +26,27 @@ def _median(values: list) -> float | None:
     return round(statistics.median(values), 6) if values else None
 
 
+def slowest(steps: list[dict], figures: tuple[str, ...] = FIGURES) -> tuple[int | None, dict]:
+    """The headline's aggregation of step rows (``rank`` and the ``figures``): the slowest
+    rank, the one whose median step is longest (ties: more exposed comm, then the lower
+    rank), and its median of each figure. (None, {}) without rows. The what-if engine
+    aggregates its replayed and predicted steps with it."""
+    by_rank: dict[int, list[dict]] = {}
+    for s in steps:
+        by_rank.setdefault(s["rank"], []).append(s)
+    if not by_rank:
+        return None, {}
+    per_rank = {rank: {k: _median([s.get(k) for s in items]) for k in figures} for rank, items in by_rank.items()}
+    rank = max(per_rank, key=lambda r: (per_rank[r].get("step_ms") or 0, per_rank[r].get("exposed_comm_ms") or 0, -r))
+    return rank, per_rank[rank]
+
+
+def overlap_pct(figures: dict) -> float | None:
+    """Overlap % of one rank's figures, from its medians of comm and exposed comm."""
+    comm, exposed = figures.get("comm_ms"), figures.get("exposed_comm_ms")
+    return pct(comm - exposed, comm) if comm and exposed is not None else None
+
+
 def headline(result: dict, failed_findings: list[str] | None = None) -> dict:
     """The headline of an ``analyze`` result (its ``ranks`` and ``steps`` rows).
 
@@ -37,25 +58,23 @@ def headline(result: dict, failed_findings: list[str] | None = None) -> dict:
     for s in steps:
         by_rank.setdefault(s["rank"], []).append(s)
     if by_rank:
-        per_rank = {rank: {k: _median([s[k] for s in items]) for k in FIGURES} for rank, items in by_rank.items()}
-        slowest = max(per_rank, key=lambda r: (per_rank[r]["step_ms"] or 0, per_rank[r]["exposed_comm_ms"] or 0,
-                                               -r))
-        figures, aggregation = per_rank[slowest], AGGREGATION
+        slowest_rank, figures = slowest(steps)
+        aggregation = AGGREGATION
     elif ranks:
         row = max(ranks, key=lambda r: (r["exposed_comm_ms"] or 0, -r["rank"]))
-        slowest, aggregation = row["rank"], AGGREGATION_NO_STEPS
+        slowest_rank, aggregation = row["rank"], AGGREGATION_NO_STEPS
         figures = {k: (None if k == "step_ms" else row[k]) for k in FIGURES}
     else:
-        slowest, aggregation, figures = None, AGGREGATION_NO_STEPS, dict.fromkeys(FIGURES)
-    comm, exposed, step = figures["comm_ms"], figures["exposed_comm_ms"], figures["step_ms"]
+        slowest_rank, aggregation, figures = None, AGGREGATION_NO_STEPS, dict.fromkeys(FIGURES)
+    exposed, step = figures["exposed_comm_ms"], figures["step_ms"]
     worst = max(steps, key=lambda s: (s["step_ms"] or 0, s["exposed_comm_ms"] or 0), default=None)
     return {
         "aggregation": aggregation,
         "ranks": len(ranks),
         "steps": max((len(v) for v in by_rank.values()), default=0),
-        "slowest_rank": slowest,
+        "slowest_rank": slowest_rank,
         **figures,
-        "overlap_pct": pct(comm - exposed, comm) if comm and exposed is not None else None,
+        "overlap_pct": overlap_pct(figures),
         "exposed_pct": pct(exposed, step) if step and exposed is not None else None,
         "slowest_step": None if worst is None else {k: worst[k] for k in ("rank", "step", "step_ms",
                                                                            "exposed_comm_ms")},

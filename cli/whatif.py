@@ -14,7 +14,7 @@ from overlapscope.cli.common import add_source_arguments, emit, progress, stored
 from overlapscope.cli.tables import clean, say, table
 
 FIGURE_COLUMNS = [
-    ("figure", ""), ("step_ms", "step_ms"), ("compute_ms", "compute_ms"), ("comm_ms", "comm_ms"),
+    ("figure", ""), ("slowest_rank", "rank"), ("step_ms", "step_ms"), ("compute_ms", "compute_ms"), ("comm_ms", "comm_ms"),
     ("exposed_comm_ms", "exposed_ms"), ("overlap_pct", "overlap_%"),
 ]
 COLLECTIVE_COLUMNS = [
@@ -76,7 +76,7 @@ def _print_text(result: dict) -> None:
         return
     print()
     r, p = result["replayed"], result["predicted"]
-    print("the slowest rank's median step")
+    print("the slowest rank's median step (the headline's; a change may make another rank the slowest)")
     print(table([_fig("measured", result["measured"]),
                  _fig("replayed", r, f" ({r['error_pct_of_step']:+.1f}%)" if r.get("error_pct_of_step") is not None
                       else ""),

@@ -351,17 +351,38 @@ def history(rows: list[dict], metric: str, title: str) -> alt.LayerChart:
 WHATIF_PARTS = {"step_ms": ("predicted step", "#1e3a8a"), "exposed_comm_ms": ("predicted exposed comm", EXPOSED)}
 
 
-def whatif_sweep(points: list[dict], measured: dict, name: str) -> alt.LayerChart:
+def _sweep_order(values: list[str], measured_value: str | None) -> list[str]:
+    """The x order of a sweep: its values as given, the run's own value among them, in
+    numeric order when every value reads as a number (``25``, ``2x``), else last."""
+    if measured_value is None or measured_value in values:
+        return list(values)
+
+    def number(v: str) -> float | None:
+        try:
+            return float(v.strip().lower().rstrip("x"))
+        except ValueError:
+            return None
+    keys = [number(v) for v in values]
+    mine = number(measured_value)
+    if mine is None or None in keys:
+        return [*values, measured_value]
+    at = next((i for i, k in enumerate(keys) if k > mine), len(values))
+    return [*values[:at], measured_value, *values[at:]]
+
+
+def whatif_sweep(points: list[dict], measured: dict, name: str, measured_value: str | None = None) -> alt.LayerChart:
     """Predicted step and exposed comm (ms) at each value of a sweep (x in the order given),
-    the measured step and exposed comm as dashed levels with their labels. ``points``:
+    the measured step and exposed comm as dashed levels with their labels and, where the
+    run's own value of the swept flag is known (``measured_value``: its bucket cap, ``1x``
+    of tokens or bandwidth), as diamonds at that value. ``points``:
     ``{"value", "step_ms", "exposed_comm_ms", "fits"}``."""
-    order = [p["value"] for p in points]
+    order = _sweep_order([p["value"] for p in points], measured_value)
     rows = [{"value": p["value"], "series": label, "ms": p.get(key), "fits": p.get("fits")}
             for p in points for key, (label, _) in WHATIF_PARTS.items()]
     labels = [label for label, _ in WHATIF_PARTS.values()]
     scale = alt.Scale(domain=labels, range=[c for _, c in WHATIF_PARTS.values()])
     color = alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0), scale=scale)
-    x = alt.X("value:N", sort=order, title=f"--{name}", axis=alt.Axis(labelAngle=0))
+    x = alt.X("value:N", sort=order, scale=alt.Scale(domain=order), title=f"--{name}", axis=alt.Axis(labelAngle=0))
     base = alt.Chart(_frame(rows, ["value", "series", "ms", "fits"]))
     tooltip = ["value:N", "series:N", alt.Tooltip("ms:Q", format=",.2f"), "fits:N"]
     lines = base.mark_line(point=alt.OverlayMarkDef(size=80, filled=True)).encode(
@@ -373,4 +394,11 @@ def whatif_sweep(points: list[dict], measured: dict, name: str) -> alt.LayerChar
     text = alt.Chart(_frame(levels, ["ms", "label", "series"])).mark_text(
         align="left", baseline="bottom", dy=-3, x=4).encode(
         y="ms:Q", text="label:N", color=alt.Color("series:N", scale=scale, legend=None))
-    return alt.layer(lines, rule, text).properties(usermeta=SVG, height=300)
+    layers = [lines, rule, text]
+    if measured_value is not None and levels:
+        marks = [{**level, "value": measured_value, "label": f"{level['label']} (--{name} {measured_value})"}
+                 for level in levels]
+        layers.append(alt.Chart(_frame(marks, ["value", "ms", "label", "series"])).mark_point(
+            shape="diamond", size=160, filled=True, stroke="black", strokeWidth=1, opacity=1).encode(
+            x=x, y="ms:Q", color=alt.Color("series:N", scale=scale, legend=None), tooltip=["label:N"]))
+    return alt.layer(*layers).properties(usermeta=SVG, height=300)

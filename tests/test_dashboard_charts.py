@@ -304,3 +304,20 @@ def test_whatif_command_is_a_shell_line():
         "overlapscope whatif --run sample/hsdp_2x2 --wrap root-only"
     assert shape.whatif_command("my run's `name`", "no change", "tokens=0.5x,2x") == \
         "overlapscope whatif --run 'my run'\"'\"'s `name`' --sweep tokens=0.5x,2x"
+
+
+def test_whatif_sweep_marks_the_run_at_its_own_value():
+    points = [{"value": v, "step_ms": s, "exposed_comm_ms": e, "fits": True}
+              for v, s, e in (("1", 90.0, 20.0), ("5", 80.0, 10.0), ("100", 85.0, 15.0))]
+    measured = {"step_ms": 72.9, "exposed_comm_ms": 7.2}
+    spec = charts.whatif_sweep(points, measured, "bucket-mb", "25").to_dict()
+    # 25 MiB, the run's own cap, sits between 5 and 100 on the x axis
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == ["1", "5", "25", "100"]
+    (diamonds,) = [layer for layer in spec["layer"] if layer["mark"].get("shape") == "diamond"]
+    marks = spec["datasets"][diamonds["data"]["name"]]
+    assert {(m["value"], m["ms"]) for m in marks} == {("25", 72.9), ("25", 7.2)}
+    # a value the sweep holds keeps the order given; no known value: the dashed levels only
+    assert charts.whatif_sweep(points, measured, "tokens", "5").to_dict()["layer"][0]["encoding"]["x"]["scale"][
+        "domain"] == ["1", "5", "100"]
+    assert len(_layers(charts.whatif_sweep(points, measured, "bucket-mb"))) == 3
+    assert charts._sweep_order(["on", "off"], "maybe") == ["on", "off", "maybe"]

@@ -369,3 +369,19 @@ def test_model_page_what_if_panel(monkeypatch, dashboard_db, dashboard_bundles):
     rows = [r for r in chart_rows(at, len(at.get("vega_lite_chart")) - 1) if r.get("value") is not None]
     values = {r["value"] for r in rows}
     assert len(values) == 4 and all(r["ms"] is None or r["ms"] > 0 for r in rows)
+    # the run itself is marked at its own value of the swept flag: 1x of the tokens
+    measured = whatif([str(dashboard_bundles[0])], workers=1)["measured"]
+    marks = [r for r in rows if "(--tokens 1x)" in (r.get("label") or "")]
+    assert {(r["value"], r["ms"]) for r in marks} == {("1x", measured["step_ms"]),
+                                                      ("1x", measured["exposed_comm_ms"])}
+    # HSDP across 4 groups of 2 on 8 GPUs, the links given in GB/s (fsdp_per_block is run 1)
+    at.number_input(key="wi_1_bwabs").set_value(50.0)
+    at.number_input(key="wi_1_gpus").set_value(8)
+    at.number_input(key="wi_1_hsdp").set_value(2)
+    at.run()
+    at.number_input(key="wi_1_inter").set_value(1.0).run()
+    no_errors(at)
+    expected = whatif([str(dashboard_bundles[0])], Changes(bandwidth=Scale(50e9, False), gpus=8, hsdp=2,
+                                                           inter_bandwidth=1e9), workers=1)["predicted"]
+    step = next(m for m in at.metric if m.label == "Step (predicted)")
+    assert step.value == f"{expected['step_ms']:,.2f} ms"

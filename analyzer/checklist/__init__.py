@@ -34,7 +34,5 @@ def evaluate(ctx: CheckContext) -> list[Finding]:
 def diagnose(con, analysis: RunAnalysis) -> dict:
     """The ``diagnose`` result (the JSON contract, without ``run``): each failed or warned
     finding whose fix a what-if expresses carries its predicted gain (checklist.gains)."""
-    findings = evaluate(build(con, analysis))
-    gains.link(findings, analysis)
-    findings.sort(key=_rank)
+    findings = sorted(gains.link(evaluate(build(con, analysis)), analysis), key=_rank)
     return {"findings": [asdict(f) for f in findings], "thresholds": {k: asdict(v) for k, v in THRESHOLDS.items()}}

@@ -11,6 +11,8 @@ host-bound steps, clipping) keep None: their ``impact_ms`` says what they cost.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from overlapscope.analyzer.whatif.changes import Changes, Scale
 
 BUCKET_CAPS_MB = (1.0, 5.0, 25.0, 100.0)  # the sweep a DDP bucket finding tries
@@ -67,25 +69,37 @@ def _slowest(a) -> set[int] | None:
     return {r["rank"] for r in sorted(ranks, key=lambda r: -r["step_ms"])[:SLOWEST_RANKS]}
 
 
-def link(findings: list, a) -> None:
-    """Set ``predicted_gain_ms`` and ``whatif`` on the failed and warned findings in place.
-    The run's plans are built once; a run of more than 8 ranks replays its 4 slowest."""
+def _best(f, a, prepared, ranks) -> tuple[float, str] | None:
+    """(gain ms, flags) of the best candidate change of ``f`` that fits in memory; None: none applies."""
     from overlapscope.analyzer import whatif
 
-    wanted = [f for f in findings if f.status in ("fail", "warn") and f.id in CANDIDATES]
-    if not wanted:
-        return
+    best = None
+    for changes in CANDIDATES[f.id](f, a):
+        p = whatif.predict(a, changes, prepared, ranks)
+        if not p["predicted"] or (p["memory"] and p["memory"].get("fits") is False):
+            continue
+        gain = p["predicted"]["gain_ms"]
+        if changes.tokens is not None:  # more tokens per step: compare the time of the measured step's tokens
+            gain = p["measured"]["step_ms"] - p["predicted"]["step_ms"] / changes.tokens.value
+        if best is None or gain > best[0]:
+            best = (gain, p["label"])
+    return best
+
+
+def link(findings: list, a) -> list:
+    """The findings, the failed and warned ones whose fix a change expresses carrying
+    ``predicted_gain_ms`` and ``whatif`` (new values; the input is kept). The run's plans
+    are built once; a run of more than 8 ranks replays its 4 slowest."""
+    from overlapscope.analyzer import whatif
+
+    def wanted(f) -> bool:
+        return f.status in ("fail", "warn") and f.id in CANDIDATES
+
+    if not any(wanted(f) for f in findings):
+        return list(findings)
     prepared, ranks = whatif.prepare(a), _slowest(a)
-    for f in wanted:
-        best = None
-        for changes in CANDIDATES[f.id](f, a):
-            p = whatif.predict(a, changes, prepared, ranks)
-            if not p["predicted"] or (p["memory"] and p["memory"].get("fits") is False):
-                continue
-            gain = p["predicted"]["gain_ms"]
-            if changes.tokens is not None:  # more tokens per step: compare the time of the measured step's tokens
-                gain = p["measured"]["step_ms"] - p["predicted"]["step_ms"] / changes.tokens.value
-            if best is None or gain > best[0]:
-                best = (gain, p["label"])
-        if best is not None:
-            f.predicted_gain_ms, f.whatif = round(best[0], 4), best[1]
+    out = []
+    for f in findings:
+        best = _best(f, a, prepared, ranks) if wanted(f) else None
+        out.append(replace(f, predicted_gain_ms=round(best[0], 4), whatif=best[1]) if best else f)
+    return out

@@ -9,6 +9,8 @@ are on each rank's own clock and never change with them.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.units import ms
 
@@ -64,3 +66,18 @@ def clock_offsets_ns(con, run_id: int) -> dict[int, int]:
     """Each rank's clock offset (ns to add to its times to put them on the common clock)."""
     sql.ensure(con, "clocks", run_id=run_id)
     return {r["rank"]: r["clock_offset_ns"] for r in sql.rows(con, "waits.clock")}
+
+
+class Lane(NamedTuple):
+    """A DDP bucket or FSDP unit transfer as the what-if engine replays it (sql/lanes.sql)."""
+
+    lane_ts_ns: int  # where its piece of the rank's comm lane starts (it ends with the transfer)
+    lane_ns: int  # the piece's length
+    hidden_ns: int  # the rank's compute inside the piece
+    wait_ns: int  # the first wait_ns of its span it waited for its peers
+
+
+def lanes(con, run_id: int) -> dict[tuple[int, int], Lane]:
+    """Per (rank, event_id) of each DDP bucket and FSDP unit transfer in a step: its Lane."""
+    sql.ensure(con, "lanes", run_id=run_id)
+    return {(r, e): Lane(ts, n, h, w) for r, e, ts, n, h, w in sql.tuples(con, "waits.lanes")}

@@ -34,7 +34,10 @@ class Bucket:
     """Predicted all-reduce time of the bucket (seconds)."""
     delay_s: float = 0.0
     """Time it waits after it could start (ready, lane free) before it starts: what a
-    measured bucket waited for its peers or the backend's thread (seconds)."""
+    measured bucket waited for the backend's thread (seconds)."""
+    peer_s: float | None = None
+    """When its last peer arrives (seconds after the backward pass starts): the all-reduce
+    moves no data before, so it waits on the lane until then (None: no peer is late)."""
 
     def __post_init__(self):
         if self.ready_s < 0 or self.comm_s < 0 or self.delay_s < 0:
@@ -52,7 +55,7 @@ class BucketSpan:
     start_s: float
     """Launch: max(ready, end of the previous bucket) (seconds)."""
     end_s: float
-    """start_s + comm_s (seconds)."""
+    """start_s + comm_s, after any wait for its peers (seconds)."""
     exposed_s: float
     """Part of [start_s, end_s] after the backward pass ends (seconds)."""
 
@@ -99,7 +102,8 @@ def replay_ddp(buckets: Sequence[Bucket], backward_end_s: float) -> DdpTimeline:
     Assumptions: the backward pass keeps the compute lane busy from 0 to
     ``backward_end_s``; buckets launch in the order given (DDP's fixed bucket
     order, the same on every rank), each at max(its ready time, the previous
-    bucket's end) plus its ``delay_s``. A bucket's exposed time is the part of its all-reduce after
+    bucket's end) plus its ``delay_s``; its transfer begins once its last peer arrives
+    (``peer_s``). A bucket's exposed time is the part of its all-reduce after
     ``backward_end_s``; with buckets that finish before the next one is ready,
     only the last one is exposed (docs/model.md, "DDP buckets").
     """
@@ -108,7 +112,7 @@ def replay_ddp(buckets: Sequence[Bucket], backward_end_s: float) -> DdpTimeline:
     spans, lane_free = [], 0.0
     for index, bucket in enumerate(buckets):
         start = max(bucket.ready_s, lane_free) + bucket.delay_s
-        end = start + bucket.comm_s
+        end = max(start, bucket.peer_s or 0.0) + bucket.comm_s
         exposed = max(0.0, end - max(start, backward_end_s))
         spans.append(BucketSpan(index, bucket.ready_s, start, end, exposed))
         lane_free = end

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.ingest.dtypes import itemsize
-from overlapscope.analyzer.measure import collectives, overlap, rates
+from overlapscope.analyzer.measure import collectives, overlap, rates, waits
 from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.model.hide import overlap_verdict, stage_tokens_to_hide
 from overlapscope.analyzer.model.memory import model_state_bytes
@@ -43,6 +43,7 @@ class RunAnalysis:
     memory: list[dict]  # per rank: measured peak beside the model states
     tokens: float | None  # tokens per GPU per micro-batch (given, or the manifest's)
     weight_bytes: float = 2.0  # bytes per gathered weight element (FSDP)
+    lanes: dict = field(default_factory=dict)  # (rank, event_id) -> measure.waits.Lane: what the what-if replays
 
     @property
     def device_kind(self) -> str:
@@ -276,7 +277,7 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     steps, models = _per_step(rows, ov["steps"], inputs, info)
     models = reconcile(con, run_id, rows, steps, models, info.device_kind, stage)
     return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
-                       weight_bytes)
+                       weight_bytes, waits.lanes(con, run_id))
 
 
 def summary(rows: list[Collective]) -> list[dict]:

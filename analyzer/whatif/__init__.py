@@ -14,34 +14,41 @@ step, compute, comm, exposed comm and overlap %:
 - ``model``: the model's pure prediction: the same replay with every collective
   at the fitted ring model's time (no level taken from the run).
 
-Run figures are the slowest rank's medians over steps (the headline's definition).
+Run figures are the headline's (analyzer/headline.py, ``slowest``): the medians over
+the steps of the slowest rank, for each of the four its own slowest rank (a change
+may make another rank the slowest), so that ``measured`` is the run's headline. A
+step without DDP buckets or FSDP units has nothing to replay: it counts as measured.
 The changes are applied by whatif.apply; memory per GPU by whatif.memory.
 """
 
 from __future__ import annotations
 
+from overlapscope.analyzer.headline import overlap_pct, slowest
+from overlapscope.analyzer.units import MS_DIGITS, pct
 from overlapscope.analyzer.whatif import apply, memory
-from overlapscope.analyzer.whatif.changes import Changes
+from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.whatif.changes import READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
 from overlapscope.analyzer.whatif.comm import CommModel
-from overlapscope.analyzer.whatif.plan import StepPlan, median, plans
+from overlapscope.analyzer.whatif.plan import StepPlan, plans
 from overlapscope.analyzer.whatif.replay import replay_plan
 
 KEYS = ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct")
 
 
 def _figures(step_ms: float, compute_ms: float, comm_ms: float, exposed_ms: float) -> dict:
+    """One step's figures, to the ns as the measurement's (an unchanged replay rounds to it)."""
     comm_ms = max(0.0, comm_ms)
     exposed_ms = min(max(0.0, exposed_ms), comm_ms)
-    return {"step_ms": round(step_ms, 4), "compute_ms": round(compute_ms, 4), "comm_ms": round(comm_ms, 4),
-            "exposed_comm_ms": round(exposed_ms, 4),
-            "overlap_pct": round(100.0 * (comm_ms - exposed_ms) / comm_ms, 2) if comm_ms > 0 else None}
+    return {"step_ms": round(step_ms, MS_DIGITS), "compute_ms": round(compute_ms, MS_DIGITS),
+            "comm_ms": round(comm_ms, MS_DIGITS), "exposed_comm_ms": round(exposed_ms, MS_DIGITS),
+            "overlap_pct": pct(comm_ms - exposed_ms, comm_ms)}
 
 
 def _step(plan: StepPlan, changed: StepPlan) -> dict:
     """The four figures of one rank's step."""
     base, new, pure = replay_plan(plan), replay_plan(changed), replay_plan(changed, "model")
     measured_modeled_ms = sum(x.measured_exposed_ms or 0.0 for x in plan.xfers)
-    measured_comm_ms = sum(x.dur_ms for x in plan.xfers)  # lane times: their union
+    measured_comm_ms = sum(x.lane_ms for x in plan.xfers)  # lane pieces: their union
     d_compute = changed.compute_ms - plan.compute_ms
     other_comm = plan.comm_ms - measured_comm_ms  # collectives the replay does not model
     return {
@@ -57,17 +64,23 @@ def _step(plan: StepPlan, changed: StepPlan) -> dict:
     }
 
 
-def _run_figures(steps: list[dict], key: str) -> dict:
-    """The slowest rank's medians over its steps (per figure)."""
-    by_rank: dict = {}
-    for s in steps:
-        by_rank.setdefault(s["rank"], []).append(s[key])
-    out = {}
-    for k in KEYS[:-1]:
-        per_rank = [v for v in (median(f[k] for f in figs) for figs in by_rank.values()) if v is not None]
-        out[k] = round(max(per_rank), 4) if per_rank else None
-    comm, exposed = out["comm_ms"], out["exposed_comm_ms"]
-    out["overlap_pct"] = round(100.0 * (comm - min(exposed, comm)) / comm, 2) if comm else None
+def _run_figures(rows: list[dict]) -> dict:
+    """The headline's figures of step rows (``rank`` and the figures): the slowest rank's medians."""
+    rank, figures = slowest(rows, KEYS[:-1])
+    return {"slowest_rank": rank, **figures, "overlap_pct": overlap_pct(figures)}
+
+
+def _figure_rows(a, steps: list[dict], ranks: set[int]) -> dict[str, list[dict]]:
+    """Per figure set, one row per step of the replayed ranks: the measurement's own rows
+    for ``measured`` (so that it is the headline), the replay's where a step has a plan,
+    the measured step where it has none."""
+    measured = [s for s in a.overlap["steps"] if s["rank"] in ranks]
+    replayed = {(s["rank"], s["step"]): s for s in steps}
+    out = {"measured": measured}
+    for key in ("replayed", "predicted", "model"):
+        out[key] = [{"rank": s["rank"], "step": s["step"],
+                     **(replayed[(s["rank"], s["step"])][key] if (s["rank"], s["step"]) in replayed else s)}
+                    for s in measured]
     return out
 
 
@@ -81,6 +94,7 @@ def _collectives(plan: StepPlan, changed: StepPlan, new) -> list[dict]:
             "group_size": x.group_size, "link": x.link,
             "measured_ms": round(x.measured_ms, 4) if x.measured_ms is not None else None,
             "predicted_ms": round(x.dur_ms, 4),
+            "wait_ms": round(max(0.0, span.end_ms - span.start_ms - x.dur_ms if span else x.wait_ms), 4),
             "model_ms": round(x.model_ms, 4) if x.model_ms is not None else None,
             "exposed_ms": round(span.exposed_ms, 4) if span else None,
             "hidden_by": span.hidden_by if span else None,
@@ -114,15 +128,19 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
         return {"changes": changes.as_json(), "label": changes.label(), "measured": None, "replayed": None,
                 "predicted": None, "model": None, "memory": None, "collectives": [], "steps": [],
                 "assumptions": [], "warnings": ["no DDP buckets or FSDP units in this trace: nothing to replay"]}
-    result = {k: _run_figures(steps, k) for k in ("measured", "replayed", "predicted", "model")}
+    ranks = {p.rank for p in measured_plans}
+    rows = _figure_rows(a, steps, ranks)
+    result = {k: _run_figures(v) for k, v in rows.items()}
+    unplanned = len(rows["measured"]) - len(steps)
+    if unplanned > 0:
+        notes.append(f"{unplanned} step(s) without DDP buckets or FSDP units: taken as measured")
     m, r, p = result["measured"], result["replayed"], result["predicted"]
-    result["replayed"]["error_pct_of_step"] = round(100.0 * (r["step_ms"] - m["step_ms"]) / m["step_ms"], 2) \
-        if m["step_ms"] else None
-    result["predicted"]["gain_ms"] = round(m["step_ms"] - p["step_ms"], 4)
-    slowest = max({s["rank"] for s in steps}, key=lambda rk: median(s["measured"]["step_ms"] for s in steps
-                                                                    if s["rank"] == rk))
-    mine = sorted((s for s in steps if s["rank"] == slowest), key=lambda s: s["measured"]["step_ms"])
-    typical = mine[len(mine) // 2]
+    # "or 0.0": no -0.0 where the replay is the measurement
+    result["replayed"]["error_pct_of_step"] = (round(100.0 * (r["step_ms"] - m["step_ms"]) / m["step_ms"], 2)
+                                               or 0.0) if m["step_ms"] else None
+    result["predicted"]["gain_ms"] = round(m["step_ms"] - p["step_ms"], 4) or 0.0
+    mine = sorted((s for s in steps if s["rank"] == m["slowest_rank"]), key=lambda s: s["measured"]["step_ms"])
+    typical = mine[len(mine) // 2] if mine else steps[0]
     return {
         "changes": changes.as_json(),
         "label": changes.label(),
@@ -136,6 +154,45 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
     }
 
 
+def _setting(a, name: str, ratio: bool):
+    """The run's own setting of flag ``name``, as the flag's reader gives it (None: the
+    trace and manifest do not tell). ``ratio``: the sweep's values are multiples (``2x``)."""
+    m = a.info.manifest
+    dtype = str(m.reduce_dtype or "").lower().replace("torch.", "")
+    known = {
+        "bucket-mb": m.bucket_cap_mb,
+        "accum": m.accumulation_steps,
+        "sync": None if m.no_sync is None else not m.no_sync,
+        "reshard-after-forward": m.reshard_after_forward if m.units else None,
+        "wrap": m.wrapping if m.wrapping in WRAPS else None,
+        "hsdp": m.hsdp_shape[1] if m.hsdp_shape else None,
+        "tokens": Scale(1.0, True) if ratio else (Scale(float(a.tokens), False) if a.tokens else None),
+        "bandwidth": Scale(1.0, True) if ratio else None,
+        "gpus": a.info.world_size,
+        "reduce-dtype": ("bf16" if REDUCE_DTYPES[dtype] == 2 else "fp32") if dtype in REDUCE_DTYPES else None,
+    }
+    return known.get(name)
+
+
+def measured_value(a, name: str, values: list[str]) -> str | None:
+    """Where the run itself sits on a sweep over ``name``: the value among ``values`` that
+    means its own setting, else that setting written as a value (``1x``, ``25``, ``on``);
+    None where the run does not tell (the sweep's ``measured_value``)."""
+    setting = _setting(a, name, any(v.strip().lower().endswith("x") for v in values))
+    if setting is None:
+        return None
+    _, reader = READERS[name]
+    for v in values:
+        try:
+            if reader(v, name) == setting:
+                return v
+        except UsageError:
+            continue
+    if isinstance(setting, bool):
+        return "on" if setting else "off"
+    return f"{setting:g}" if isinstance(setting, float) else str(setting)
+
+
 def sweep(a, name: str, points: list[tuple[str, Changes]]) -> dict:
     """One prediction per point of a sweep (``whatif --sweep``): the JSON's ``sweep``."""
     rows = []
@@ -144,4 +201,5 @@ def sweep(a, name: str, points: list[tuple[str, Changes]]) -> dict:
         rows.append({"value": value, "label": p["label"], "predicted": p["predicted"], "model": p["model"],
                      "memory": p["memory"], "warnings": p["warnings"]})
     base = predict(a, Changes())
-    return {"name": name, "measured": base["measured"], "replayed": base["replayed"], "points": rows}
+    return {"name": name, "measured": base["measured"], "replayed": base["replayed"],
+            "measured_value": measured_value(a, name, [v for v, _ in points]), "points": rows}

@@ -3,8 +3,17 @@
 In the order they compose: the structure first (micro-batches and sync, DDP buckets,
 FSDP wrapping, resharding, prefetch), then the compute (tokens), then the collectives'
 times (HSDP groups, world size, bandwidth, reduce dtype). A collective that a change
-keeps takes its measured time x model(changed) / model(measured); one that a change
+keeps takes its measured transfer x model(changed) / model(measured); one that a change
 creates takes the model's time x the level of the collectives it replaces (whatif.comm).
+At a bandwidth the user gives in bytes/s (``--bandwidth W``, ``--intra-bandwidth``,
+``--inter-bandwidth``) a collective takes the model's time at that W, latency + wire / W,
+without the run's level: the user's W is the link's, not this run's. Waits for peers
+are carried as measured (whatif.plan). A collective a change creates waits by the least
+its measured counterparts waited: a peer late at every one of them (a straggler)
+stays late, waits that come and go between collectives (skew, contention) are not
+carried to collectives nobody measured. A new DDP bucket's peers arrive that long
+after its gradients are ready (``DdpPass.peer_lag_ms``); a new FSDP collective waits
+as long as the least of its phase; HSDP's new all-reduce across groups waits for none.
 ``notes`` collects one line per change that does not apply to the run, and why.
 """
 
@@ -25,11 +34,17 @@ _BLOCK = re.compile(r"^(.*?\.\d+)\.")  # the first repeated-module prefix of a p
 
 def _level(xfers: list[Xfer]) -> float:
     """Measured / model time of the collectives a change replaces (1 when unknown): their
-    lane times, not their spans, which overlap where gloo runs several at once and would
-    count the shared time twice."""
+    transfers on the lane, not their spans, which overlap where gloo runs several at once
+    and would count the shared time twice, and without their waits for peers."""
     measured = sum(x.dur_ms for x in xfers if x.model_ms and x.measured_ms is not None)
     modelled = sum(x.model_ms for x in xfers if x.model_ms and x.measured_ms is not None)
     return measured / modelled if measured > 0 and modelled > 0 else 1.0
+
+
+def _wait(xfers: list[Xfer]) -> float:
+    """The wait for peers that every measured collective among ``xfers`` had: the least (ms)."""
+    waits = [x.wait_ms for x in xfers if x.measured_ms is not None]
+    return min(waits) if waits else 0.0
 
 
 def _new(model, phase: str, id_: str, collective: str, nbytes: float, group: int, level: float,
@@ -161,8 +176,10 @@ def _rebucket(plan: StepPlan, c: Changes, a, model, notes: list[str]) -> StepPla
         for i, size in enumerate(new_sizes):
             size *= scale  # the manifest's bytes against the trace's (equal when both are there)
             held += size
+            ready = _ready_at(p.ready_curve, held)
             buckets.append(_new(model, "allreduce", str(i), first.collective, size, first.group_size, level,
-                                ready_ms=_ready_at(p.ready_curve, held), dtype_bytes=first.dtype_bytes))
+                                ready_ms=ready, dtype_bytes=first.dtype_bytes,
+                                peer_ms=ready + p.peer_lag_ms if p.peer_lag_ms > 0 else None))
         passes.append(replace(p, buckets=buckets))
     return replace(plan, passes=passes)
 
@@ -194,21 +211,24 @@ def _per_block_groups(a) -> list[tuple[str, float]] | None:
 
 def _unit(model, name: str, nbytes: float, fwd: float, bwd: float, like: Unit, levels: dict, regather: bool) -> Unit:
     g = like.gather
-    gather = _new(model, "forward_allgather", name, g.collective, nbytes, g.group_size, levels["gather"],
-                  dtype_bytes=g.dtype_bytes)
-    back = _new(model, "backward_allgather", name, g.collective, nbytes, g.group_size, levels["gather"],
-                dtype_bytes=g.dtype_bytes) if regather else None
+    level, wait = levels["gather"]
+    gather = _new(model, "forward_allgather", name, g.collective, nbytes, g.group_size, level,
+                  dtype_bytes=g.dtype_bytes, wait_ms=wait)
+    back = _new(model, "backward_allgather", name, g.collective, nbytes, g.group_size, level,
+                dtype_bytes=g.dtype_bytes, wait_ms=wait) if regather else None
     ratio = nbytes / like.bytes if like.bytes else 1.0
-    reduce = [_new(model, x.phase, name, x.collective, x.bytes * ratio, x.group_size, levels[x.phase],
-                   link=x.link, dtype_bytes=x.dtype_bytes) for x in like.reduce]
+    reduce = [_new(model, x.phase, name, x.collective, x.bytes * ratio, x.group_size, levels[x.phase][0],
+                   link=x.link, dtype_bytes=x.dtype_bytes, wait_ms=levels[x.phase][1]) for x in like.reduce]
     return Unit(name, nbytes, fwd, bwd, gather, back, reduce)
 
 
-def _levels(p: FsdpPass) -> dict:
+def _levels(p: FsdpPass) -> dict[str, tuple[float, float]]:
+    """Per family of the pass's collectives (gathers, each reduce phase): (level, mean wait ms)."""
     gathers = [u.gather for u in p.units] + [u.regather for u in p.units if u.regather]
-    out = {"gather": _level(gathers)}
+    out = {"gather": (_level(gathers), _wait(gathers))}
     for phase in REDUCE_PHASES:
-        out[phase] = _level([x for u in p.units for x in u.reduce if x.phase == phase])
+        xfers = [x for u in p.units for x in u.reduce if x.phase == phase]
+        out[phase] = (_level(xfers), _wait(xfers))
     return out
 
 
@@ -260,10 +280,11 @@ def _reshard(plan: StepPlan, c: Changes, model, notes: list[str]) -> StepPlan:
         if c.reshard_after_forward is False:
             units = [replace(u, regather=None) for u in units]
         elif c.reshard_after_forward is True:
-            level = _levels(p)["gather"]
+            level, wait = _levels(p)["gather"]
             units = [u if u.regather or not u.name else
                      replace(u, regather=_new(model, "backward_allgather", u.name, u.gather.collective, u.bytes,
-                                              u.gather.group_size, level, dtype_bytes=u.gather.dtype_bytes))
+                                              u.gather.group_size, level, dtype_bytes=u.gather.dtype_bytes,
+                                              wait_ms=wait))
                      for u in units]
         passes.append(replace(p, units=units,
                               forward_prefetch=p.forward_prefetch if c.forward_prefetch is None else c.forward_prefetch,
@@ -292,8 +313,12 @@ def _tokens(plan: StepPlan, c: Changes, a, notes: list[str]) -> StepPlan:
     passes = []
     for p in plan.passes:
         if isinstance(p, DdpPass):
-            passes.append(replace(p, backward_ms=p.backward_ms * k,
-                                  buckets=[replace(x, ready_ms=x.ready_ms * k) for x in p.buckets],
+            # a peer's lateness is its own (a sleep, a slower host): its arrival moves with the
+            # gradients' ready time, by as much as they were late
+            def later(x: Xfer) -> Xfer:
+                return replace(x, ready_ms=x.ready_ms * k,
+                               peer_ms=None if x.peer_ms is None else x.peer_ms + x.ready_ms * (k - 1))
+            passes.append(replace(p, backward_ms=p.backward_ms * k, buckets=[later(x) for x in p.buckets],
                                   ready_curve=[(b, t * k) for b, t in p.ready_curve],
                                   cover=[(t0 * k, t1 * k, f) for t0, t1, f in p.cover]))
         else:
@@ -306,13 +331,17 @@ def _tokens(plan: StepPlan, c: Changes, a, notes: list[str]) -> StepPlan:
 
 
 def _retime(x: Xfer, model, nbytes: float, group: int, w_scale: float, w_abs: float | None) -> Xfer:
-    """x at other bytes, group or W: its measured time x model(changed) / model(measured)."""
-    before = model.terms(x.collective, x.bytes, x.group_size)
+    """x at other bytes, group or W: its transfer x model(changed) / model(measured); at a W
+    given in bytes/s (``w_abs``), the model's time at that W (no level from the run)."""
     after = model.terms(x.collective, nbytes, group, w_scale, w_abs)
-    if after is None or before is None:
+    before = model.terms(x.collective, x.bytes, x.group_size) if w_abs is None else None
+    if after is None or (w_abs is None and before is None):
         return replace(x, bytes=nbytes, group_size=group)
-    ratio = after.model_ms / before.model_ms if before.model_ms > 0 else 1.0
-    return replace(x, bytes=nbytes, group_size=group, dur_ms=x.dur_ms * ratio, model_ms=after.model_ms, terms=after)
+    if w_abs is not None:
+        dur = after.model_ms
+    else:
+        dur = x.dur_ms * (after.model_ms / before.model_ms if before.model_ms > 0 else 1.0)
+    return replace(x, bytes=nbytes, group_size=group, dur_ms=dur, model_ms=after.model_ms, terms=after)
 
 
 def _world(a) -> int:
@@ -371,11 +400,13 @@ def _groups(plan: StepPlan, c: Changes, a, model, notes: list[str]) -> StepPlan:
                 shard_bytes = rs.bytes / shard
                 if ar is not None:  # HSDP already: the all-reduce of the shard across the replicas
                     reduce.append(retimed(ar, replicas, shard_bytes))
-                else:
-                    level = _level([rs])
+                else:  # a new link: no level of the run's (intra-group) collectives carries to it
                     new = _new(model, "allreduce", u.name, "all_reduce", shard_bytes * dtype_ratio(rs), replicas,
-                               level, link="inter", dtype_bytes=rs.dtype_bytes)
+                               1.0, link="inter", dtype_bytes=rs.dtype_bytes)
                     reduce.append(_retime(new, model, new.bytes, replicas, ratio_w, w_of(new)))
+                    if reduce[-1].terms is None:
+                        notes.append("--hsdp: no all-reduce in the calibration or the trace to time the one across "
+                                     "groups: give --inter-bandwidth")
             units.append(replace(u, gather=gather, regather=regather, reduce=reduce))
         passes.append(replace(p, units=units))
     if c.hsdp and not c.inter_bandwidth:

@@ -87,12 +87,13 @@ class CommModel:
 
     def terms(self, kind: str, nbytes: float, gpus: int, w_scale: float = 1.0,
               w_bytes_per_s: float | None = None) -> Terms | None:
-        """The model's time of one collective: at W x ``w_scale``, or at ``w_bytes_per_s``."""
+        """The model's time of one collective: at W x ``w_scale``, or at ``w_bytes_per_s``
+        (given, it needs no fit of the kind: then no latency term is known, only the wire)."""
         fit = self.fits.get(kind)
-        if fit is None or gpus < 1:
+        if (fit is None and not w_bytes_per_s) or gpus < 1:
             return None
         w = w_bytes_per_s or fit.busbw_bytes_per_s * w_scale
-        latency_s = fit.alpha_s * _hops(kind, gpus)
+        latency_s = fit.alpha_s * _hops(kind, gpus) if fit else 0.0
         wire = bus_factor(kind, gpus) * nbytes if gpus > 1 else 0.0
         return Terms(latency_s * 1e3, wire, w, (latency_s + wire / w) * 1e3)
 

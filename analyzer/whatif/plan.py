@@ -8,22 +8,31 @@ DDP buckets or FSDP units, the measured compute of the passes and of the rest of
 the step (the optimizer), and the measured totals that a prediction is a change of.
 Times are milliseconds; DDP ready times count from the pass's backward start.
 
+Each collective holds its piece of the rank's one comm lane (sql/lanes.sql: concurrent
+gloo transfers counted once), split into the time it waited there for its peers
+(sql/waits.sql: a collective moves no data before its last rank arrives) and its
+transfer. A change retimes the transfer; the wait is carried as measured: DDP
+buckets wait until the measured arrival of their peers (``peer_ms``), FSDP
+collectives for as long as they waited (``wait_ms``). The compute that hid each
+piece is measured too (``measured_exposed_ms``), so an unchanged step replays to
+its measured exposure.
+
 Where the trace cannot tell (a pass's backward start on CPU traces, a unit's own
 compute), the estimates are the data-parallel model's: backward = 2/3 of a pass's compute
-(2 and 4 FLOPs per parameter and token), a unit's compute in proportion to its
-bytes.
+(model.hide.BACKWARD_SHARE: 2 and 4 FLOPs per parameter and token), a unit's compute in
+proportion to its bytes.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from overlapscope.analyzer.ingest.dtypes import itemsize
+from overlapscope.analyzer.measure.waits import Lane
+from overlapscope.analyzer.model.hide import BACKWARD_SHARE
 from overlapscope.analyzer.units import NS_PER_MS
 
-BACKWARD_SHARE = 2 / 3  # backward's part of a pass's compute: 4 of 6 FLOPs per parameter and token
 BLOCKING_EXPOSED = 0.9  # a family whose comm is this exposed or more is replayed as blocking
 REDUCE_PHASES = ("reduce_scatter", "allreduce")
 
@@ -37,16 +46,22 @@ class Xfer:
     collective: str  # all_reduce, all_gather, reduce_scatter
     bytes: float  # full buffer (nccl-tests' size)
     group_size: int
-    dur_ms: float  # what the replay uses: measured, the time it had the comm lane to itself (lane_times)
+    dur_ms: float  # its transfer, what a change retimes: measured, its lane piece less its wait for peers
     model_ms: float | None  # the fitted ring model's time (no level from the run)
     measured_ms: float | None = None  # its measured span (None: a collective the change created)
-    measured_exposed_ms: float | None = None
+    measured_exposed_ms: float | None = None  # of its lane piece, the part no compute hid
     link: str = "intra"  # intra: the data-parallel or shard group; inter: HSDP's replicas
     ready_ms: float = 0.0  # DDP: when its gradients were ready, ms after the pass's backward start
-    delay_ms: float = 0.0  # DDP: measured wait after it could start (ready, lane free): peers, the backend's thread
+    delay_ms: float = 0.0  # DDP: measured wait after it could start (ready, lane free): the backend's thread
     dtype_bytes: float | None = None  # bytes per element
     terms: object = None  # comm.Terms of the prediction (None: as measured)
-    start_ns: int = 0  # measured start (trace clock)
+    wait_ms: float = 0.0  # of its lane piece, the time it waited for its peers (carried as measured)
+    peer_ms: float | None = None  # DDP: when its last peer arrived, ms after the backward start (None: no wait)
+
+    @property
+    def lane_ms(self) -> float:
+        """Its time on the comm lane: waiting for peers, then the transfer."""
+        return self.wait_ms + self.dur_ms
 
 
 @dataclass
@@ -60,8 +75,12 @@ class DdpPass:
     origin_ns: int = 0  # the backward start on the trace clock
     cover: list[tuple[float, float, float]] = field(default_factory=list)
     """The measured compute around the comm: (start ms, end ms, fraction hidden) of each
-    bucket's time on the comm lane, after the backward start (``measured_cover``)."""
+    bucket's time on the comm lane, after the backward start (``_cover``)."""
     hidden_before_end: float = 1.0  # fraction hidden of the lane time before the backward's end, where unmeasured
+    peer_lag_ms: float = 0.0
+    """How much later than this rank its peers arrived at every bucket (the least over the
+    pass's buckets: a peer late at each, as a straggler is): a new bucket's peers arrive
+    this long after its gradients are ready. 0: at some bucket no peer was late."""
 
     @property
     def xfers(self) -> list[Xfer]:
@@ -133,26 +152,26 @@ class StepPlan:
         return replace(self, passes=[copy_pass(p) for p in self.passes])
 
 
-def _xfer(r, model) -> Xfer:
+def _lane(r, lanes: dict) -> Lane:
+    """The collective's lane piece (sql/lanes.sql); its whole span where none was measured."""
+    lane = lanes.get((r.rank, r.event_id))
+    if lane is None:
+        dur_ns = round(r.comm_ms * NS_PER_MS)
+        return Lane(r.start_ns, dur_ns, dur_ns - round(r.exposed_ms * NS_PER_MS), 0)
+    return lane
+
+
+def _xfer(r, model, lanes: dict) -> Xfer:
+    lane = _lane(r, lanes)
     link = "inter" if r.kind == "fsdp_unit" and r.phase == "allreduce" else "intra"
+    # the peers arrived wait_ns into its span: the part of its lane piece before that is waiting
+    wait_ns = min(lane.lane_ns, max(0, r.start_ns + lane.wait_ns - lane.lane_ts_ns))
     return Xfer(phase=r.phase, id=str(r.id), collective=r.collective or "", bytes=float(r.bytes or 0),
-                group_size=int(r.group_size or 1), dur_ms=r.comm_ms,
+                group_size=int(r.group_size or 1), dur_ms=(lane.lane_ns - wait_ns) / NS_PER_MS,
                 model_ms=model.model_ms(r.collective, r.bytes or 0, int(r.group_size or 1)) if r.collective else None,
-                measured_ms=r.comm_ms, measured_exposed_ms=r.exposed_ms, link=link,
+                measured_ms=r.comm_ms, measured_exposed_ms=(lane.lane_ns - lane.hidden_ns) / NS_PER_MS, link=link,
                 dtype_bytes=float(itemsize(r.dtype)) if r.dtype and itemsize(r.dtype) else None,
-                start_ns=r.start_ns)
-
-
-def lane_times(xfers: list[Xfer]) -> None:
-    """Each measured collective's time on the one comm lane of the replay: the part of its
-    span after every earlier-starting one has ended (gloo runs collectives on several
-    threads at once; the lane takes their union, once). They add up to the union of the
-    spans, so the replay's comm time is the measured one."""
-    lane_end = None
-    for x in sorted(xfers, key=lambda x: x.start_ns):
-        end = x.start_ns + round(x.dur_ms * NS_PER_MS)  # int ns: a float loses 256 ns at 1.7e18
-        x.dur_ms = max(0.0, (end - max(x.start_ns, lane_end if lane_end is not None else x.start_ns)) / NS_PER_MS)
-        lane_end = end if lane_end is None else max(lane_end, end)
+                wait_ms=wait_ns / NS_PER_MS)
 
 
 def _ready_ns(r, device_kind: str) -> int:
@@ -162,53 +181,60 @@ def _ready_ns(r, device_kind: str) -> int:
     return r.launch_ts_ns or r.start_ns
 
 
-def _ddp_pass(rows, model, device_kind: str, pass_compute_ms: float) -> DdpPass:
+def _curve(buckets: list[Xfer]) -> list[tuple[float, float]]:
+    """The gradients' ready curve in bucket (gradient) order: bucket i's bytes are ready by its ready time."""
+    curve, held, latest = [(0.0, 0.0)], 0.0, 0.0
+    for x in sorted(buckets, key=lambda x: int(x.id) if x.id.isdigit() else 0):
+        held += x.bytes
+        latest = max(latest, x.ready_ms)
+        curve.append((held, latest))
+    return curve
+
+
+def _cover(buckets: list[Xfer], lane_start_ms: list[float], backward_ms: float) -> tuple[list, float]:
+    """What the measured compute hid of each bucket's lane piece, where it was: the replay
+    reads the compute of the trace from it, so an unchanged pass replays to its measured
+    exposure and a changed one meets the compute that was there at that time. Each piece
+    is split into its hidden part, then its exposed part (exact where compute stops once
+    during a piece, as at the backward's end): a bucket moved earlier meets compute, one
+    moved later not. Also the fraction hidden of the pieces before the backward's end, for
+    lane time before it that no bucket measured."""
+    cover, hidden, total = [], 0.0, 0.0
+    for x, start in zip(buckets, lane_start_ms):
+        end = start + x.lane_ms
+        hidden_ms = max(0.0, x.lane_ms - (x.measured_exposed_ms or 0.0))
+        cover += [(start, start + hidden_ms, 1.0), (start + hidden_ms, end, 0.0)]
+        if end <= backward_ms:
+            hidden += hidden_ms
+            total += x.lane_ms
+    return sorted(cover), (hidden / total if total > 0 else 1.0)
+
+
+def _ddp_pass(rows, model, device_kind: str, pass_compute_ms: float, lanes: dict) -> DdpPass:
     rows = sorted(rows, key=lambda r: (r.launch_ts_ns or r.start_ns, r.event_id))
     ready = [_ready_ns(r, device_kind) for r in rows]
     last = max(ready)
     spread_ms = (last - min(ready)) / NS_PER_MS
     backward_ms = max(BACKWARD_SHARE * pass_compute_ms, spread_ms)
-    start = last - round(backward_ms * NS_PER_MS)  # int ns (floats of epoch ns lose 256 ns)
-    buckets, curve, held, latest = [], [(0.0, 0.0)], 0.0, 0.0
+    origin = last - round(backward_ms * NS_PER_MS)  # int ns (floats of epoch ns lose 256 ns)
+    buckets, starts, lane_free = [], [], 0.0
     for r, t in zip(rows, ready):
-        x = _xfer(r, model)
-        x.ready_ms = (t - start) / NS_PER_MS
-        buckets.append(x)
-    # the gradients' ready curve in bucket (gradient) order: bucket i's bytes are ready by its ready time
-    for x in sorted(buckets, key=lambda x: int(x.id) if x.id.isdigit() else 0):
-        held += x.bytes
-        latest = max(latest, x.ready_ms)
-        curve.append((held, latest))
-    return DdpPass(rows[0].microbatch, buckets, backward_ms, curve, origin_ns=start)
+        x, lane = _xfer(r, model, lanes), _lane(r, lanes)
+        start, ready_ms = (lane.lane_ts_ns - origin) / NS_PER_MS, (t - origin) / NS_PER_MS
+        # the replay issues it at max(ready, lane free) + delay: the delay lands it where it was
+        delay = max(0.0, start - max(ready_ms, lane_free))
+        peer = start + x.wait_ms if x.wait_ms > 0 else None
+        buckets.append(replace(x, ready_ms=ready_ms, delay_ms=delay, peer_ms=peer))
+        starts.append(start)
+        lane_free = max(lane_free, start + x.lane_ms)
+    cover, hidden_before_end = _cover(buckets, starts, backward_ms)
+    lag = min(x.peer_ms - x.ready_ms if x.peer_ms is not None else 0.0 for x in buckets)
+    return DdpPass(rows[0].microbatch, buckets, backward_ms, _curve(buckets), origin_ns=origin,
+                   cover=cover, hidden_before_end=hidden_before_end, peer_lag_ms=max(0.0, lag))
 
 
-def measured_cover(p: DdpPass) -> None:
-    """What the measured compute hid of each bucket's lane time, where it was (after
-    ``lane_times``): the replay reads the compute of the trace from it, so an unchanged
-    pass replays to its measured exposure and a changed one meets the compute that was
-    there at that time. Each lane time is split into its hidden part, then its exposed
-    part (exact where compute stops once during a bucket, as at the backward's end). Lane time before the backward's end that no bucket measured is
-    hidden at the pass's measured fraction before its end."""
-    cover, hidden, total = [], 0.0, 0.0
-    for x in p.buckets:
-        end = (x.start_ns - p.origin_ns) / NS_PER_MS + (x.measured_ms or 0.0)
-        hidden_ms = min(x.dur_ms, max(0.0, x.dur_ms - (x.measured_exposed_ms or 0.0)))
-        # the hidden part first: compute runs while a bucket starts and stops before it ends
-        # (the backward's tail), so a bucket moved earlier meets compute, one moved later not
-        cover += [(end - x.dur_ms, end - x.dur_ms + hidden_ms, 1.0), (end - x.dur_ms + hidden_ms, end, 0.0)]
-        if end <= p.backward_ms:
-            hidden += hidden_ms
-            total += x.dur_ms
-    p.cover = sorted(cover)
-    p.hidden_before_end = hidden / total if total > 0 else 1.0
-    lane_free = 0.0
-    for x in sorted(p.buckets, key=lambda x: x.start_ns):
-        start = (x.start_ns - p.origin_ns) / NS_PER_MS
-        x.delay_ms = max(0.0, start - max(x.ready_ms, lane_free))
-        lane_free = max(lane_free, start + x.dur_ms if x.dur_ms > 0 else start)
-
-
-def _fsdp_pass(rows, model, device_kind: str, forward_ms: float, backward_ms: float) -> FsdpPass | None:
+def _fsdp_pass(rows, model, device_kind: str, forward_ms: float, backward_ms: float,
+               lanes: dict) -> FsdpPass | None:
     rows = sorted(rows, key=lambda r: (r.launch_ts_ns or r.start_ns, r.event_id))
     by_phase = {(str(r.id), r.phase): r for r in rows}
     order = [str(r.id) for r in rows if r.phase == "forward_allgather"]
@@ -220,9 +246,9 @@ def _fsdp_pass(rows, model, device_kind: str, forward_ms: float, backward_ms: fl
         g = by_phase[(u, "forward_allgather")]
         share = float(g.bytes or 0) / total
         back = by_phase.get((u, "backward_allgather"))
-        units.append(Unit(u, float(g.bytes or 0), forward_ms * share, backward_ms * share, _xfer(g, model),
-                          _xfer(back, model) if back else None,
-                          [_xfer(by_phase[(u, p)], model) for p in REDUCE_PHASES if (u, p) in by_phase]))
+        units.append(Unit(u, float(g.bytes or 0), forward_ms * share, backward_ms * share, _xfer(g, model, lanes),
+                          _xfer(back, model, lanes) if back else None,
+                          [_xfer(by_phase[(u, p)], model, lanes) for p in REDUCE_PHASES if (u, p) in by_phase]))
     return FsdpPass(rows[0].microbatch, units, forward_prefetch=device_kind == "gpu", backward_prefetch=True)
 
 
@@ -248,9 +274,25 @@ def blocking_families(rows) -> dict[str, bool]:
     return {k: comm[k] > 0 and exposed[k] / comm[k] >= BLOCKING_EXPOSED for k in comm}
 
 
+def _passes(rows, kind: str, a, model, pass_ms: float) -> list:
+    """The passes of one step: one per micro-batch with collectives of the step's family."""
+    by_mb: dict = defaultdict(list)
+    for r in rows:
+        if r.kind == kind:
+            by_mb[r.microbatch].append(r)
+    out = []
+    for mb in sorted(by_mb, key=lambda m: (m is None, m)):
+        if kind == "ddp_bucket":
+            out.append(_ddp_pass(by_mb[mb], model, a.info.device_kind, pass_ms, a.lanes))
+        else:
+            p = _fsdp_pass(by_mb[mb], model, a.info.device_kind, *_fsdp_windows(by_mb[mb]), a.lanes)
+            if p:
+                out.append(p)
+    return out
+
+
 def plans(a, model) -> list[StepPlan]:
     """One StepPlan per (rank, step) of the analysis that has DDP buckets or FSDP units."""
-    device = a.info.device_kind
     blocking = blocking_families(a.collectives)
     by_step: dict[tuple, list] = defaultdict(list)
     for r in a.collectives:
@@ -262,39 +304,13 @@ def plans(a, model) -> list[StepPlan]:
         if not rows:
             continue
         after = [r.compute_after_ns for r in rows if r.compute_after_ns is not None]
-        optimizer_ms = min(after) / NS_PER_MS if after else 0.0
-        plan = StepPlan(s["rank"], s["step"], s["step_ms"], s["compute_ms"], s["comm_ms"], s["exposed_comm_ms"],
-                        min(optimizer_ms, s["compute_ms"]))
-        by_mb: dict = defaultdict(list)
-        for r in rows:
-            by_mb[r.microbatch].append(r)
+        optimizer_ms = min(min(after) / NS_PER_MS if after else 0.0, s["compute_ms"])
         kind = max(("ddp_bucket", "fsdp_unit"), key=lambda k: sum(r.kind == k for r in rows))
-        plan.blocking = blocking.get(kind, False)
-        mbs = sorted(by_mb, key=lambda m: (m is None, m))
         # a pass's compute: the measured compute of the passes shared by the micro-batches
-        microbatches = max(len(mbs), int(a.info.manifest.accumulation_steps or 1))
-        pass_ms = plan.pass_compute_ms / microbatches
-        for mb in mbs:
-            mine = [r for r in by_mb[mb] if r.kind == kind]
-            if not mine:
-                continue
-            if kind == "ddp_bucket":
-                plan.passes.append(_ddp_pass(mine, model, device, pass_ms))
-            else:
-                fwd, bwd = _fsdp_windows(mine)
-                p = _fsdp_pass(mine, model, device, fwd, bwd)
-                if p:
-                    plan.passes.append(p)
-        plan.microbatches = microbatches
-        lane_times(plan.xfers)
-        for p in plan.passes:
-            if isinstance(p, DdpPass):
-                measured_cover(p)
-        if plan.passes:
-            out.append(plan)
+        microbatches = max(len({r.microbatch for r in rows}), int(a.info.manifest.accumulation_steps or 1))
+        pass_ms = max(0.0, s["compute_ms"] - optimizer_ms) / microbatches
+        passes = _passes(rows, kind, a, model, pass_ms)
+        if passes:
+            out.append(StepPlan(s["rank"], s["step"], s["step_ms"], s["compute_ms"], s["comm_ms"],
+                                s["exposed_comm_ms"], optimizer_ms, passes, microbatches, blocking.get(kind, False)))
     return out
-
-
-def median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None

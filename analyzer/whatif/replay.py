@@ -4,7 +4,9 @@ DDP passes: ``replay_ddp`` (buckets on one comm lane from their ready times, hid
 while the backward computes). FSDP passes: ``replay_fsdp`` (units in forward order,
 prefetch as the pass says, the backward's gathers only for the units it regathers).
 A plan whose collectives block compute (``StepPlan.blocking``) exposes every
-collective in full: the measurement showed nothing hides them.
+collective in full: the measurement showed nothing hides them. Waits for peers are
+the measurement's (whatif.plan): a DDP bucket waits on the lane for its peers'
+arrival (``peer_ms``); other collectives last their wait, then their transfer.
 """
 
 from __future__ import annotations
@@ -34,9 +36,15 @@ class StepReplay:
 
 
 def _duration(x, which: str) -> float:
+    """The transfer of one collective (ms)."""
     if which == "model":
         return x.model_ms if x.model_ms is not None else x.dur_ms
     return x.dur_ms
+
+
+def _lane(x, which: str) -> float:
+    """Its time on the lane where the replay does not place its peers: its wait, then its transfer."""
+    return x.wait_ms + _duration(x, which)
 
 
 def _hidden_ms(p: DdpPass, start: float, end: float, backward_end: float) -> float:
@@ -57,7 +65,9 @@ def _hidden_ms(p: DdpPass, start: float, end: float, backward_end: float) -> flo
 
 
 def _ddp(p: DdpPass, which: str, spans: dict) -> float:
-    buckets = [Bucket(max(0.0, x.ready_ms) / 1e3, _duration(x, which) / 1e3, x.delay_ms / 1e3) for x in p.buckets]
+    # a bucket whose peers' arrival is known waits for it on the lane; any other lasts its wait
+    buckets = [Bucket(max(0.0, x.ready_ms) / 1e3, (_duration(x, which) if x.peer_ms is not None else _lane(x, which))
+                      / 1e3, x.delay_ms / 1e3, None if x.peer_ms is None else x.peer_ms / 1e3) for x in p.buckets]
     end_ms = max([x.ready_ms for x in p.buckets] + [0.0])
     timeline = replay_ddp(buckets, backward_end_s=end_ms / 1e3)
     exposed = 0.0
@@ -72,9 +82,9 @@ def _ddp(p: DdpPass, which: str, spans: dict) -> float:
 def _fsdp(p: FsdpPass, which: str, spans: dict) -> float:
     units = []
     for u in p.units:
-        reduce_s = sum(_duration(x, which) for x in u.reduce) / 1e3
-        units.append(FsdpUnit(u.name, u.forward_ms / 1e3, u.backward_ms / 1e3, _duration(u.gather, which) / 1e3,
-                              reduce_s, _duration(u.regather, which) / 1e3 if u.regather else None,
+        reduce_s = sum(_lane(x, which) for x in u.reduce) / 1e3
+        units.append(FsdpUnit(u.name, u.forward_ms / 1e3, u.backward_ms / 1e3, _lane(u.gather, which) / 1e3,
+                              reduce_s, _lane(u.regather, which) / 1e3 if u.regather else None,
                               regather=u.regather is not None))
     timeline = replay_fsdp(units, FsdpOptions(forward_prefetch=p.forward_prefetch,
                                               backward_prefetch=p.backward_prefetch))
@@ -90,13 +100,13 @@ def _fsdp(p: FsdpPass, which: str, spans: dict) -> float:
         rs = by_key.get((u.name, "reduce_scatter"))
         if rs:  # the unit's reduce: its reduce-scatter then HSDP's all-reduce, exposure shared by time
             s = rs[0]
-            total = sum(_duration(x, which) for x in u.reduce) or 1.0
+            total = sum(_lane(x, which) for x in u.reduce) or 1.0
             at = s.start_s * 1e3
             for x in u.reduce:
-                share = _duration(x, which) / total
-                spans[id(x)] = Span(at, at + _duration(x, which), s.exposed_s * 1e3 * share,
+                share = _lane(x, which) / total
+                spans[id(x)] = Span(at, at + _lane(x, which), s.exposed_s * 1e3 * share,
                                     _span(s, compute).hidden_by)
-                at += _duration(x, which)
+                at += _lane(x, which)
     return timeline.exposed_s * 1e3
 
 
@@ -113,17 +123,19 @@ def _span(s, compute) -> Span:
 
 def replay_plan(plan: StepPlan, which: str = "dur") -> StepReplay:
     """Exposed comm of the plan's collectives: ``which`` = ``dur`` (the durations the
-    change gives) or ``model`` (the fitted ring model's, the model's pure prediction)."""
+    change gives) or ``model`` (the fitted ring model's, the model's pure prediction).
+    Comm is the time the collectives hold the lane, their waits for peers included."""
     spans: dict = {}
-    comm = sum(_duration(x, which) for x in plan.xfers)
     if plan.blocking:
         at = 0.0
         for x in plan.xfers:
-            d = _duration(x, which)
+            d = _lane(x, which)
             spans[id(x)] = Span(at, at + d, d, None)
             at += d
-        return StepReplay(comm, comm, spans)
+        return StepReplay(at, at, spans)
     exposed = 0.0
     for p in plan.passes:
         exposed += _ddp(p, which, spans) if isinstance(p, DdpPass) else _fsdp(p, which, spans)
+    comm = sum(spans[id(x)].end_ms - spans[id(x)].start_ms if id(x) in spans else _lane(x, which)
+               for x in plan.xfers)
     return StepReplay(comm, exposed, spans)

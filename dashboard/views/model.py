@@ -131,15 +131,38 @@ def _whatif_controls(parallelism: str, run_id: int) -> tuple[tuple, str | None]:
         flags.append(("tokens", f"{tokens:g}x"))
     bandwidth = cols[1].number_input("Bandwidth (x measured)", min_value=0.0, value=1.0, step=0.5,
                                      key=key + "bw")
-    if bandwidth != 1.0 and bandwidth > 0:
+    w_abs = cols[2].number_input("Bandwidth (GB/s)", min_value=0.0, value=0.0, step=10.0, key=key + "bwabs",
+                                 help="The links' bus bandwidth W: collectives at latency + wire / W, without this "
+                                      "run's level. 0 keeps the multiple beside it.")
+    if w_abs > 0:
+        flags.append(("bandwidth", f"{w_abs:g}G"))
+    elif bandwidth != 1.0 and bandwidth > 0:
         flags.append(("bandwidth", f"{bandwidth:g}x"))
-    dtype = cols[2].selectbox("Reduce dtype", ["as measured", "bf16", "fp32"], key=key + "dtype")
+    dtype = cols[3].selectbox("Reduce dtype", ["as measured", "bf16", "fp32"], key=key + "dtype")
     if dtype != "as measured":
         flags.append(("reduce-dtype", dtype))
+    cols = st.columns(4)
+    gpus = cols[0].number_input("GPUs", min_value=0, value=0, step=1, key=key + "gpus",
+                                help="Data-parallel world size; 0 keeps the measured one.")
+    if gpus:
+        flags.append(("gpus", str(gpus)))
+    if parallelism != "ddp":
+        hsdp = cols[1].number_input("HSDP shard group", min_value=0, value=0, step=1, key=key + "hsdp",
+                                    help="Shard within groups of this many ranks, replicate across them; 0: as "
+                                         "measured.")
+        intra = cols[2].number_input("Intra-group W (GB/s)", min_value=0.0, value=0.0, step=10.0, key=key + "intra",
+                                     disabled=not hsdp, help="Bus bandwidth inside a shard group; 0: the run's.")
+        inter = cols[3].number_input("Inter-group W (GB/s)", min_value=0.0, value=0.0, step=10.0, key=key + "inter",
+                                     disabled=not hsdp, help="Bus bandwidth across the groups (HSDP's all-reduce); "
+                                                             "0: the calibration's.")
+        if hsdp:
+            flags.append(("hsdp", str(hsdp)))
+            flags += [(flag, f"{w:g}G") for flag, w in (("intra-bandwidth", intra), ("inter-bandwidth", inter)) if w]
     options = SWEEPS["ddp" if parallelism == "ddp" else "fsdp"]
-    name = cols[3].selectbox("Sweep", list(options), key=key + "sweep")
-    values = st.text_input(f"Values of --{name}", value=options[name], key=key + f"sweep_{name}",
-                           help="Comma-separated, as the command line takes them (e.g. 1,5,25 or 0.5x,2x).")
+    cols = st.columns([1, 3])
+    name = cols[0].selectbox("Sweep", list(options), key=key + "sweep")
+    values = cols[1].text_input(f"Values of --{name}", value=options[name], key=key + f"sweep_{name}",
+                                help="Comma-separated, as the command line takes them (e.g. 1,5,25 or 0.5x,2x).")
     return tuple(flags), (f"{name}={values}" if values.strip() else None)
 
 
@@ -186,9 +209,12 @@ def _whatif_section(ctx, run: dict) -> None:
         st.warning(md(w))
     if sweep and p.get("sweep"):
         sw = p["sweep"]
-        st.altair_chart(charts.whatif_sweep(shape.whatif_points(sw), sw["measured"], sw["name"]), width="stretch")
+        st.altair_chart(charts.whatif_sweep(shape.whatif_points(sw), sw["measured"], sw["name"],
+                                            sw.get("measured_value")), width="stretch")
         st.caption("Each point is the run replayed at that value, on top of the settings above; dashed: as "
-                   "measured. Points whose memory does not fit are marked in the tooltip.")
+                   "measured" + (f", the diamonds at the run's own --{md(sw['name'])} "
+                                 f"({md(sw['measured_value'])})" if sw.get("measured_value") else "")
+                   + ". Points whose memory does not fit are marked in the tooltip.")
     with st.expander("Terms of each predicted collective"):
         tables.show(shape.with_mb([{**c, "id": "(root)" if c["id"] == "" else c["id"]} for c in p["collectives"]]),
                     shape.WHATIF_COLLECTIVE_TABLE)

@@ -18,3 +18,7 @@ GROUP BY ALL ORDER BY rank, step;
 -- name: transfers
 -- Per transfer: its waiting for peers (the rest of its duration is the transfer).
 SELECT rank, event_id, wait_ns, transfer_ns FROM comm_wait;
+
+-- name: lanes
+-- Per DDP bucket or FSDP unit transfer: its piece of the comm lane, the compute inside it, its wait (lanes.sql).
+SELECT rank, event_id, lane_ts_ns, lane_ns, hidden_ns, wait_ns FROM comm_lane;
