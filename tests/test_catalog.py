@@ -156,7 +156,7 @@ def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db, capsys):
     after = catalog.runs(con)[0]
     assert {k: v for k, v in after.items() if k != "created_at"} == {k: v for k, v in before.items()
                                                                     if k != "created_at"}
-    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "4"
+    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "5"
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     assert not tables & {"events", "tracks", "collectives", "annotation_roles"}, "the events left the catalog"
     run_dir = runstore.run_dir(tmp_path / "v1.duckdb", _data_dir(con, after["run_id"]))

@@ -124,7 +124,7 @@ def test_a_version_2_catalog_gains_the_kept_figures(db, tmp_path):
     con = catalog.open_catalog(db, read_only=True)  # upgrades first (briefly read-write)
     assert catalog.figures(con, run_id) == expected and expected["steps"]
     assert catalog.runs(con)[0]["pushed_by"] is None
-    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "4"
+    assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "5"
     assert runstore.has_raw(_run_dir(con, db, run_id))
     con.close()
 

@@ -15,6 +15,7 @@ from typing import Iterator
 
 from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest import files
+from overlapscope.analyzer.ingest.textfix import TextFix
 from overlapscope.analyzer.ingest.limits import ENV_MAX_TRACE_MB, Limits, mb
 
 try:  # igzip is 3-4x faster than zlib on trace files; the standard gzip is the fallback
@@ -52,9 +53,12 @@ def _magic(raw) -> bytes:
     return head
 
 
-def chunks(path: str, member: str | None, where: str, limits: Limits) -> Iterator[bytes]:
-    """The decompressed bytes of one trace file, chunk by chunk; at most ``limits.max_trace_bytes``."""
+def chunks(path: str, member: str | None, where: str, limits: Limits, fixed: dict | None = None) -> Iterator[bytes]:
+    """The decompressed bytes of one trace file, chunk by chunk; at most ``limits.max_trace_bytes``.
+    Text that is no Unicode is repaired on the way (``textfix``); ``fixed["text_replaced"]``
+    counts the replacements."""
     total = 0
+    text = TextFix()
     try:
         with _opened(path, member) as raw:
             magic = _magic(raw)
@@ -70,7 +74,12 @@ def chunks(path: str, member: str | None, where: str, limits: Limits) -> Iterato
                 if total > limits.max_trace_bytes:
                     raise InputError(where, f"decompresses to more than {mb(limits.max_trace_bytes)}, the limit "
                                             f"for one trace (${ENV_MAX_TRACE_MB} raises it)")
-                yield piece
+                yield text.feed(piece)
+            tail = text.finish()
+            if tail:
+                yield tail
+            if fixed is not None:
+                fixed["text_replaced"] = text.replaced
     except InputError:
         raise
     except (EOFError, zlib.error, _GzipError) as err:
@@ -85,6 +94,6 @@ def chunks(path: str, member: str | None, where: str, limits: Limits) -> Iterato
         raise InputError(where, f"cannot read: {err.strerror or err}") from None
 
 
-def read_all(path: str, member: str | None, where: str, limits: Limits) -> bytes:
+def read_all(path: str, member: str | None, where: str, limits: Limits, fixed: dict | None = None) -> bytes:
     """The whole decompressed file (the msgspec decoder's input), within the cap."""
-    return b"".join(chunks(path, member, where, limits))
+    return b"".join(chunks(path, member, where, limits, fixed))

@@ -9,6 +9,7 @@ a prune (``rank_metrics``, ``step_metrics``, ``group_metrics``).
 Version 4 keeps each run's raw per-rank tables as Parquet files in the run store
 beside the catalog (``runstore.py``), with its ranks' results and its analyses;
 the catalog's own event tables go (``runs.data_dir`` names the run's folder).
+Version 5 counts the text of each rank's file read as U+FFFD (``ranks.text_replaced``).
 A catalog of a newer version than this code knows is refused in one line.
 Every statement is a named query of ``sql/queries/migrate.sql``.
 """
@@ -20,7 +21,7 @@ import json
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RAW_TABLES = ("tracks", "events", "collectives", "flows", "memory", "annotation_roles")  # raw.sql
 
 
@@ -79,6 +80,8 @@ def upgrade(con, found: int | None) -> None:
             _from_1(con)
         if found in (1, 2):
             _from_2(con)
+        if found in (1, 2, 3, 4) and "text_replaced" not in _columns(con, "ranks"):
+            _run(con, "add_ranks_text_replaced")  # before the run store's analyses read the ranks
         if found in (1, 2, 3):
             _to_run_store(con)
         _run(con, "set_version", version=str(SCHEMA_VERSION))
