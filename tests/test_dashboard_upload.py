@@ -185,3 +185,22 @@ def test_with_api_tokens_an_upload_needs_one_and_records_its_name(monkeypatch, t
     at.run()
     no_errors(at)
     assert [(r["name"], r["pushed_by"]) for r in stored_runs(db)] == [("refused", "alice")]
+
+
+def test_upload_page_reads_a_lone_surrogate_as_replacement(monkeypatch, tmp_path):
+    """The audit's crash through the page: a \\ud800 escape in a kernel name is stored as
+    U+FFFD, and the run says so."""
+    import json
+
+    from builders import GpuTrace
+
+    text = json.dumps(GpuTrace(rank=0, world_size=1).step(1, 0, 100).kernel(0, 50, step=1).to_json())
+    db = tmp_path / "catalog.duckdb"
+    at = open_app(monkeypatch, db, "views/upload.py")
+    _upload(at, [("rank-0.json", text.replace('"sm90', '"\\ud800sm90', 1).encode())], "surrogate")
+    no_errors(at)
+    assert [r["name"] for r in stored_runs(db)] == ["surrogate"]
+    at.switch_page("views/overview.py").run()
+    no_errors(at)
+    assert any("1 invalid UTF-8 sequences or lone surrogate escapes read as U+FFFD" in plain(w.value)
+               for w in at.warning)

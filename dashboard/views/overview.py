@@ -55,6 +55,20 @@ def _table(rows: list[dict], marker, spec: dict) -> None:
         st.caption("Not shown (no value on any row): " + "; ".join(empty) + ".")
 
 
+SHOWN_WARNINGS = 12
+
+
+def _input_warnings(lines: list[str]) -> None:
+    """What the traces lacked (missing ranks, events left out, text read as U+FFFD), as
+    ``overlapscope analyze`` says it: one box, a line each (file names escaped)."""
+    if not lines:
+        return
+    shown = [f"- {md(line)}" for line in lines[:SHOWN_WARNINGS]]
+    if len(lines) > SHOWN_WARNINGS:
+        shown.append(f"- and {len(lines) - SHOWN_WARNINGS:,} more (`overlapscope analyze --run` lists them all)")
+    st.warning("\n".join(shown))
+
+
 def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
@@ -64,6 +78,7 @@ def render() -> None:
     st.caption(f"{info['world_size']} ranks in the job, {len(info['ranks_loaded'])} loaded · backend "
                f"{md(info['backend'] or '?')} · devices {md(', '.join(info['devices']) or '?')} · "
                f"parallelism {md(info['parallelism'] or 'not recorded')}")
+    _input_warnings(info.get("warnings") or [])
     if info.get("pruned_at"):
         st.caption(f"Pruned on {str(info['pruned_at'])[:10]}: the figures below were stored at ingest; the "
                    "raw events are gone.")
