@@ -494,3 +494,14 @@ def test_ingest_prints_the_warnings_analyze_prints(tmp_path, capsys, monkeypatch
     assert main(["ingest", str(tmp_path), "--run", "gappy", "--json"]) == 0
     run = json.loads(capsys.readouterr().out)["run"]
     assert run["missing_ranks"] == [2] and run["dropped_events"] == {"negative dur": 1}
+
+
+@pytest.mark.parametrize("length", [243, 255])
+def test_a_trace_whose_name_is_near_the_file_system_limit_is_stored(tmp_path, capsys, monkeypatch, length):
+    """ingest looks for <trace>.overlapscope beside each trace (reduced in place): a name of
+    243 to 255 bytes leaves no room for that suffix, which is no reason to refuse the trace."""
+    path = tmp_path / ("r" * (length - len(".json")) + ".json")
+    path.write_text(json.dumps(_gpu()))
+    monkeypatch.setenv("OVERLAPSCOPE_DB", str(tmp_path / "catalog.duckdb"))
+    assert main(["ingest", str(path), "--run", "long"]) == 0, capsys.readouterr().err
+    assert "stored run 1" in capsys.readouterr().out
