@@ -204,3 +204,32 @@ def test_upload_page_reads_a_lone_surrogate_as_replacement(monkeypatch, tmp_path
     no_errors(at)
     assert any("1 invalid UTF-8 sequences or lone surrogate escapes read as U+FFFD" in plain(w.value)
                for w in at.warning)
+
+
+def test_every_read_of_an_upload_keeps_the_upload_caps(tmp_path):
+    """A broken rank-0 beside a bomb (64 MiB of blanks in a small gzip), against an upload
+    cap of 8 MiB per trace: the ingest stops at the broken file, and the look at the other
+    files that names every bad one reads the bomb within the same cap (under the CLI's caps
+    it would inflate all of it, to call it an empty file)."""
+    import gzip
+
+    from overlapscope.analyzer.ingest.limits import Limits
+
+    caps = Limits(max_trace_bytes=8 << 20, max_archive_members=4)
+    db = str(tmp_path / "catalog.duckdb")
+    data.prepare_catalog(db, load_samples=False)
+    ingest = functools.partial(data.ingest, db, limits=caps)
+    bomb = gzip.compress(b" " * (64 << 20), compresslevel=9)
+    files = [Upload("rank-0.json", b"{"), Upload("rank-1.json.gz", bomb)]
+    outcome = uploads.store(ingest, files, tmp_path / "up", "bomb", {}, lambda f, s: None, limits=caps)
+    assert outcome.run_id is None
+    assert any(e.startswith("rank-1.json.gz: decompresses to more than 8 MiB") for e in outcome.errors), outcome.errors
+    # the cheap checks too: an archive of more files than the upload allows
+    many = io.BytesIO()
+    with zipfile.ZipFile(many, "w") as zf:
+        for r in range(5):
+            zf.writestr(f"rank-{r}.json", b"{}")
+    paths = uploads.save([Upload("many.zip", many.getvalue())], tmp_path / "up2")
+    (error,) = uploads.check_each(paths, tmp_path / "up2", caps)
+    assert error.startswith("many.zip: zip archive holds 5 files, more than the limit of 4")
+    assert stored_runs(Path(db)) == []

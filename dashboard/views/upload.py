@@ -83,10 +83,11 @@ def _store(settings, files, name: str, tags: dict, who: str | None) -> uploads.O
             text = "Parsing and storing" if fraction < 1 else "Stored"
             bar.progress(fraction, text=f"{text} · {elapsed_s:.1f} s")
 
+        caps = limits.for_uploads(settings.max_upload_bytes)  # for every read of the uploads
         with tempfile.TemporaryDirectory(prefix="overlapscope-upload-") as tmp:
-            ingest = functools.partial(data.ingest, settings.db, pushed_by=who,
-                                       limits=limits.for_uploads(settings.max_upload_bytes))
-            outcome = uploads.store(ingest, files, Path(tmp), name, tags, progress, session_id=_session_id())
+            ingest = functools.partial(data.ingest, settings.db, pushed_by=who, limits=caps)
+            outcome = uploads.store(ingest, files, Path(tmp), name, tags, progress, session_id=_session_id(),
+                                    limits=caps)
         if outcome.errors:
             status.update(label="Nothing was stored: fix the files below and upload again.", state="error")
         else:
