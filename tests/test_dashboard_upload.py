@@ -233,3 +233,36 @@ def test_every_read_of_an_upload_keeps_the_upload_caps(tmp_path):
     (error,) = uploads.check_each(paths, tmp_path / "up2", caps)
     assert error.startswith("many.zip: zip archive holds 5 files, more than the limit of 4")
     assert stored_runs(Path(db)) == []
+
+
+def test_an_internal_error_is_one_line_to_the_visitor(monkeypatch, tmp_path, dashboard_bundles, capfd):
+    """A bug while storing (here: the ingest raises) shows one line, without its message or
+    traceback (server paths), which go to the server's log; the run name in the status
+    label is text, never Markdown."""
+    def broken_ingest(*args, **kwargs):
+        raise RuntimeError("secret detail at /srv/overlapscope/data")
+
+    import streamlit
+
+    labels = []
+    status = streamlit.status
+
+    def recorded_status(label, *args, **kwargs):
+        labels.append(label)
+        return status(label, *args, **kwargs)
+
+    monkeypatch.setattr(data, "ingest", broken_ingest)
+    monkeypatch.setattr(streamlit, "status", recorded_status)
+    db = tmp_path / "catalog.duckdb"
+    at = open_app(monkeypatch, db, "views/upload.py")
+    files = bundle_files(dashboard_bundles[0])
+    _upload(at, files, "![x](http://example.invalid/x.png)")
+    assert not at.exception
+    assert "![" not in labels[0] and "](" not in labels[0]
+    assert plain(labels[0]) == f"Storing {len(files)} file(s) as run ![x](http://example.invalid/x.png)..."
+    (line,) = [plain(e.value) for e in at.error]
+    assert line.startswith("internal error (RuntimeError) while storing the run: nothing was stored")
+    assert "secret" not in line and "/srv" not in line
+    log = capfd.readouterr().err
+    assert "secret detail at /srv/overlapscope/data" in log and "Traceback" in log
+    assert stored_runs(db) == []
