@@ -266,3 +266,17 @@ def test_an_internal_error_is_one_line_to_the_visitor(monkeypatch, tmp_path, das
     log = capfd.readouterr().err
     assert "secret detail at /srv/overlapscope/data" in log and "Traceback" in log
     assert stored_runs(db) == []
+
+
+def test_an_upload_holds_at_most_256_files(tmp_path):
+    """Each file of an upload is a decode in the server (1,024 tiny ranks took 114 s): an
+    upload's archive holds at most 256, refused in one line before any decode."""
+    from overlapscope.analyzer.ingest.limits import for_uploads
+
+    many = io.BytesIO()
+    with zipfile.ZipFile(many, "w") as zf:
+        for r in range(257):
+            zf.writestr(f"rank-{r}.json", b"{}")
+    paths = uploads.save([Upload("ranks.zip", many.getvalue())], tmp_path / "up")
+    (error,) = uploads.check_each(paths, tmp_path / "up", for_uploads(2 << 30))
+    assert error.startswith("ranks.zip: zip archive holds 257 files, more than the limit of 256")

@@ -247,13 +247,23 @@ def test_a_file_name_that_disagrees_with_distributed_info_is_reported(tmp_path, 
     assert any("the file name says rank 3, distributedInfo says 1" in w for w in warnings)
 
 
+def _with_groups(trace: dict, *groups: tuple) -> dict:
+    """``trace`` whose distributedInfo lists process groups (name, description, ranks)."""
+    trace["distributedInfo"]["pg_config"] = [{"pg_name": n, "pg_desc": d, "backend_config": "cuda:nccl",
+                                              "pg_size": len(r), "ranks": r} for n, d, r in groups]
+    return trace
+
+
 @pytest.mark.parametrize("make_other, what", [
     (lambda: CpuTrace(rank=1).step(1, 0, 100).op(0, 30).gloo(35, 20).to_json(), "device kind"),
+    (lambda: _with_groups(_gpu(rank=1), ("0", "default_pg", [0, 1]), ("1", "mesh_shard", [1, 3])),
+     "process group 1 is mesh_shard of ranks [1, 3] here, mesh_shard of ranks [0, 1]"),
     (lambda: {**_gpu(rank=1), "distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2}}, "backend"),
     (lambda: {**_gpu(rank=1), "distributedInfo": {"backend": "nccl", "rank": 1, "world_size": 8}}, "world size"),
 ])
 def test_files_of_different_runs_are_refused(tmp_path, capsys, make_other, what):
-    a = write(_gpu(rank=0), tmp_path / "rank-0.json")
+    a = write(_with_groups(_gpu(rank=0), ("0", "default_pg", [0, 1]), ("1", "mesh_shard", [0, 1])),
+              tmp_path / "rank-0.json")
     b = write(make_other(), tmp_path / "rank-1.json")
     code = main(["analyze", a, b])
     err = capsys.readouterr().err
@@ -505,3 +515,76 @@ def test_a_trace_whose_name_is_near_the_file_system_limit_is_stored(tmp_path, ca
     monkeypatch.setenv("OVERLAPSCOPE_DB", str(tmp_path / "catalog.duckdb"))
     assert main(["ingest", str(path), "--run", "long"]) == 0, capsys.readouterr().err
     assert "stored run 1" in capsys.readouterr().out
+
+
+# --- caps on what a trace may cost ------------------------------------------------------------
+
+
+@both
+@pytest.mark.parametrize("detail", DETAILS)
+def test_the_events_kept_are_capped_alike_by_both_decoders(tmp_path, detail):
+    """2,000 kernels (kept at every detail) against a cap of 64 KiB of kept events: more
+    than 64 bytes each, so both decoders refuse, with the same line."""
+    from overlapscope.analyzer.ingest.limits import Limits
+
+    t = GpuTrace(rank=0, world_size=1).step(1, 0, 10_000)
+    for i in range(2000):
+        t.kernel(i * 4, 2)
+    path = write(t, tmp_path / "rank-0.json")
+    caps = Limits(max_kept_bytes=64 << 10)
+    for use_scanner in (True, False):
+        with pytest.raises(InputError, match=r"the events it keeps take more than 0 MiB \(.* events so far\), the "
+                                             r"limit for one trace \(\$OVERLAPSCOPE_MAX_KEPT_MB raises it\)"):
+            decode_source(TraceSource(path), detail, use_scanner=use_scanner, limits=caps)
+    decode_source(TraceSource(path), detail, limits=Limits(max_kept_bytes=64 << 20))  # room enough
+
+
+def test_a_file_that_inflates_like_no_trace_is_refused(tmp_path, capsys):
+    """80 MiB of blanks in a gzip of about 80 KiB (1,000x) passes the 64 MiB every file may
+    inflate to and is refused there, as a zip member too; a plain file of blanks inflates
+    nothing and is read to its end (an empty file)."""
+    import gzip
+
+    blanks = b" " * (80 << 20)
+    packed = tmp_path / "rank-0.json.gz"
+    packed.write_bytes(gzip.compress(blanks, compresslevel=9))
+    archive = tmp_path / "run.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("rank-0.json", blanks)
+    plain = tmp_path / "plain" / "rank-0.json"
+    plain.parent.mkdir()
+    plain.write_bytes(blanks)
+    for path in (packed, archive):
+        assert main(["analyze", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "decompresses to more than 64x its" in err and "a compression bomb" in err, err
+    assert main(["analyze", str(plain)]) == 2
+    assert "empty file" in capsys.readouterr().err
+
+
+def test_a_refused_first_ingest_leaves_no_run_store_behind(tmp_path, capsys):
+    """The run store beside a new catalog is made for the run's files: when the run is
+    refused, the empty folder goes too (a store that held files before stays)."""
+    from overlapscope.analyzer.store import runstore
+
+    db = tmp_path / "catalog.duckdb"
+    bad = tmp_path / "rank-0.json"
+    bad.write_text("{")
+    assert main(["ingest", str(bad), "--run", "refused", "--db", str(db)]) == 2
+    assert "invalid JSON" in capsys.readouterr().err
+    assert not runstore.store_dir(db).exists()
+    (tmp_path / "good").mkdir()
+    good = write(_gpu(rank=0, world_size=1), tmp_path / "good" / "rank-0.json")
+    assert main(["ingest", good, "--run", "kept", "--db", str(db)]) == 0
+    assert main(["ingest", str(bad), "--run", "refused", "--db", str(db)]) == 2
+    assert runstore.store_dir(db).is_dir()
+
+
+def test_ranks_list_the_groups_they_are_in(tmp_path, capsys):
+    """Each rank lists only its own groups (an HSDP mesh: rank 0 shards with 1, replicates
+    with 2); groups named alike agree, so the files make one run."""
+    a = write(_with_groups(_gpu(rank=0, world_size=4), ("0", "default_pg", [0, 1, 2, 3]),
+                           ("1", "mesh_replicate", [0, 2]), ("3", "mesh_shard", [0, 1])), tmp_path / "rank-0.json")
+    b = write(_with_groups(_gpu(rank=1, world_size=4), ("0", "default_pg", [0, 1, 2, 3]),
+                           ("2", "mesh_replicate", [1, 3]), ("3", "mesh_shard", [0, 1])), tmp_path / "rank-1.json")
+    assert main(["analyze", a, b]) == 0, capsys.readouterr().err

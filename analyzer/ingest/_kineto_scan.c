@@ -2,7 +2,7 @@
  * _kineto_scan: a streaming, bounded scanner of Kineto (Chrome trace) JSON that
  * returns the events as columns, without a Python object per event.
  *
- *   s = Scanner(keep, max_value_bytes=..., max_depth=..., max_tokens=...)
+ *   s = Scanner(keep, max_value_bytes=..., max_depth=..., max_tokens=..., max_kept_bytes=...)
  *   s.feed(chunk)   any number of times, with consecutive pieces of the document
  *   s.finish()  ->  dict (below)
  *
@@ -38,7 +38,9 @@
  *
  * Errors (ValueError, one line, with the byte offset) are the input's: invalid
  * JSON, a value nested deeper than max_depth, one event or member larger than
- * max_value_bytes, more distinct tokens than max_tokens, a control character, a traceEvents entry that
+ * max_value_bytes, more distinct tokens than max_tokens, more memory kept than max_kept_bytes (the
+ * kept rows, their args and the distinct tokens: "keeps more than the limit: N events so far"),
+ * a control character, a traceEvents entry that
  * is not an object, a field of the wrong JSON type, data after the document, or a
  * document that ends too early.
  */
@@ -247,6 +249,9 @@ typedef struct {
     int is_events;
     int found_events;
     Py_ssize_t max_value, max_tokens;
+    Py_ssize_t max_kept;    /* bytes of kept rows, args and tokens (what memory follows) */
+    Py_ssize_t row_bytes;   /* column bytes of one kept row */
+    Py_ssize_t token_bytes; /* the distinct tokens' bytes, with their table entries */
     int max_depth;
     /* columns */
     Buf ph, cat, name, pid, tid, id, ts, dur, astart, alen, cond, args;
@@ -784,6 +789,21 @@ static const char *take_args(Scanner *s, const char *p, const char *end, int64_t
     }
 }
 
+/* A distinct token's bytes beyond its text: its (s, len) pair and its slot in the table. */
+#define TOKEN_OVERHEAD 64
+/* A kept row's bytes in the columns (ph, cat, name, pid, tid, id, ts, dur, args start and
+ * length, cond), without the taken values. */
+#define ROW_BYTES 53
+
+static int over_kept(Scanner *s) {
+    return s->ph.len * s->row_bytes + s->args.len + s->token_bytes > s->max_kept;
+}
+
+static int kept_failure(Scanner *s) {
+    PyErr_Format(PyExc_ValueError, "keeps more than the limit: %zd events so far", s->ph.len);
+    return -1;
+}
+
 /* The fields of an event whose value is of the wrong type (or a number beyond a double's
  * range) are noted as it is read and judged once its phase is known: a phase's own fields
  * must be right (those of kineto.py's struct of that phase: the msgspec decoder reads the
@@ -907,10 +927,15 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
                         c.bad = "more distinct names than the limit";
                         break;
                     }
+                    Py_ssize_t before = s->tokens.count;
                     t = table_id(&s->tokens, &s->arena, tok, len);
                     if (t == -2) {
                         PyErr_NoMemory();
                         return -1;
+                    }
+                    if (s->tokens.count > before) {
+                        s->token_bytes += len + TOKEN_OVERHEAD;
+                        if (over_kept(s)) return kept_failure(s);
                     }
                 } else if (!(str == 0 && len == 4 && !memcmp(tok, "null", 4))) {
                     wrong |= bit;  /* an object, array, true, false, or a number where it may not be */
@@ -1015,6 +1040,7 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
             return -1;
         }
     }
+    if (over_kept(s)) return kept_failure(s);
     return 0;
 }
 
@@ -1298,12 +1324,13 @@ static void Scanner_dealloc(Scanner *s) {
 }
 
 static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
-    static char *kw[] = {"keep", "max_value_bytes", "max_depth", "max_tokens", "args_keys", "take_keys", NULL};
+    static char *kw[] = {"keep", "max_value_bytes", "max_depth", "max_tokens", "args_keys", "take_keys",
+                         "max_kept_bytes", NULL};
     PyObject *keep, *keys = Py_None, *take_keys = Py_None;
-    Py_ssize_t max_value = 256 << 20, max_tokens = 10000000;
+    Py_ssize_t max_value = 256 << 20, max_tokens = 10000000, max_kept = PY_SSIZE_T_MAX;
     int max_depth = 256;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|ninOO", kw, &keep, &max_value, &max_depth, &max_tokens, &keys,
-                                     &take_keys))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|ninOOn", kw, &keep, &max_value, &max_depth, &max_tokens, &keys,
+                                     &take_keys, &max_kept))
         return -1;
     if (!PyCallable_Check(keep)) {
         PyErr_SetString(PyExc_TypeError, "keep must be callable");
@@ -1330,6 +1357,8 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
     s->max_value = max_value;
     s->max_depth = max_depth;
     s->max_tokens = max_tokens;
+    s->max_kept = max_kept;
+    s->token_bytes = 0;
     if (keys != Py_None) {
         PyObject *seq = PySequence_Fast(keys, "args_keys must be a sequence of bytes");
         if (!seq) return -1;
@@ -1386,6 +1415,7 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
         s->n_take = n;
         Py_DECREF(seq);
     }
+    s->row_bytes = ROW_BYTES + (s->n_take ? 8 * s->n_take + 4 : 0);
     return 0;
 }
 

@@ -32,7 +32,7 @@ from overlapscope.analyzer.ingest import classify, columns as col, stream
 from overlapscope.analyzer.ingest.kineto import (
     ARGS_KEYS, FLOW_TYPES, HEADER_DECODER, TAKEN_ARGS_DECODER, TRACE_DECODER, FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
 )
-from overlapscope.analyzer.ingest.limits import Limits
+from overlapscope.analyzer.ingest.limits import ENV_MAX_KEPT_MB, Limits, mb
 
 try:
     from overlapscope.analyzer.ingest import _kineto_scan
@@ -288,6 +288,23 @@ def _scanner_keep(detail: str) -> Callable[[int, bytes | None, bytes | None], in
     return keep
 
 
+_KEPT_FAILURE = re.compile(r"keeps more than the limit: (\d+) events so far")
+ROW_BYTES = 53  # a kept row's column bytes in the scanner, without the taken values (_kineto_scan.c)
+
+
+def _too_much_kept(events: int, limits: Limits) -> str:
+    return (f"the events it keeps take more than {mb(limits.max_kept_bytes)} ({events:,} events so far), the limit "
+            f"for one trace (${ENV_MAX_KEPT_MB} raises it)")
+
+
+def _check_kept(rows: int, args_bytes: int, detail: str, where: str, limits: Limits) -> None:
+    """The scanner's cap on kept memory, for the msgspec decoder: the same rows at the same
+    size, and the kept args (whole: the msgspec decoder does not trim them)."""
+    keys = take_keys(detail)
+    if rows * (ROW_BYTES + (8 * len(keys) + 4 if keys else 0)) + args_bytes > limits.max_kept_bytes:
+        raise InputError(where, _too_much_kept(rows, limits))
+
+
 def _check_phases(by_ph: np.ndarray, where: str) -> None:
     """Refuse events without a phase or of an unknown one (counted by the scanner: 0 no ph,
     1 a ph of several characters)."""
@@ -305,14 +322,16 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     scanner = _kineto_scan.Scanner(_scanner_keep(detail), max_value_bytes=limits.max_value_bytes,
                                    max_depth=limits.max_depth, max_tokens=limits.max_tokens,
                                    args_keys=ARGS_KEYS[detail],
-                                   take_keys=[(key.encode(), kind) for _, key, kind in take_keys(detail)])
+                                   take_keys=[(key.encode(), kind) for _, key, kind in take_keys(detail)],
+                                   max_kept_bytes=limits.max_kept_bytes)
     fixed: dict = {}
     try:
         for piece in stream.chunks(path, member, where, limits, fixed):
             scanner.feed(piece)
         scanned = scanner.finish()
     except ValueError as err:
-        raise InputError(where, str(err)) from None
+        kept = _KEPT_FAILURE.match(str(err))
+        raise InputError(where, _too_much_kept(int(kept.group(1)), limits) if kept else str(err)) from None
     del scanner
     tokens = scanned["tokens"]
     by_ph = np.frombuffer(scanned["by_ph"], dtype=np.int64)
@@ -538,6 +557,8 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits, text_repl
             e.args = msgspec.Raw(_EMPTY_ARGS)
     slice_ph = np.frombuffer("".join(e.__struct_config__.tag for e in slices).encode(), dtype=np.uint8)
     flow_evs = [e for e in flow_evs if keep_mode(detail, _FLOW_PH[type(e)], "", "")]
+    _check_kept(len(slices) + len(flow_evs) + len(meta_evs), sum(map(len, (e.args for e in slices))), detail, where,
+                limits)
     ts = _none_as_nan(map(attrgetter("ts"), slices))
     dur = _none_as_nan(map(attrgetter("dur"), slices))
     ok, dropped = _check_times(slice_ph, ts, dur)
