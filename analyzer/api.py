@@ -25,12 +25,13 @@ def _engine():
 
 
 def analyze(paths: list[str], workers: int | None = None, engine: str = "local", ray_address: str | None = None,
-            on_mapped=None) -> dict:
+            on_mapped=None, limits=None) -> dict:
     """Per-rank and per-step compute, comm, exposed comm, overlap % and idle time.
 
-    Returns ``{"run", "headline", "ranks", "steps"}`` with times in ms.
+    Returns ``{"run", "headline", "ranks", "steps"}`` with times in ms. ``limits``: the
+    input caps (ingest.limits; the CLI's and the environment's when None).
     """
-    mapped = _engine().map_run(paths, "overlap", workers, engine, ray_address, on_mapped=on_mapped)
+    mapped = _engine().map_run(paths, "overlap", workers, engine, ray_address, limits=limits, on_mapped=on_mapped)
     return analyze_run(mapped.con, mapped.run_id)
 
 

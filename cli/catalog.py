@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer.store.runinfo import run_info
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.cli.common import add_engine_arguments, describe, emit, note, open_catalog, progress
 from overlapscope.cli.tables import clean, table
@@ -58,8 +59,9 @@ def run_ingest(args) -> int:
                             path=catalog.resolve_path(args.db), engine=args.engine, ray_address=args.ray_address,
                             on_decoded=None if args.json else progress("decoding rank"))
     row = next(r for r in catalog.runs(opened[0], name) if r["run_id"] == run_id)
+    # the run object, as analyze prints it: its warnings (missing ranks, events left out) go to stderr
     result = {"run_id": run_id, "name": name, **{k: row[k] for k in catalog.HISTORY_FIGURES},
-              "headline": row["headline"]}
+              "headline": row["headline"], "run": run_info(opened[0], run_id).describe()}
     return emit(result, args.json, lambda r: print(f"stored run {run_id} ({clean(name)}): {describe(r['headline'])}"))
 
 

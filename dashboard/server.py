@@ -56,6 +56,9 @@ def streamlit_options(settings: Settings, port: int, address: str) -> dict:
         "browser.gatherUsageStats": False,
         "server.fileWatcherType": "none",  # no polling of the source files: this is not a dev server
         "client.toolbarMode": "viewer",  # no "Deploy" button
+        # an unexpected error shows visitors a generic line; its type, message and traceback
+        # (server paths) go to the server's log only
+        "client.showErrorDetails": "none",
     }
 
 

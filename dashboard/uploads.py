@@ -19,6 +19,7 @@ from pathlib import Path
 
 from overlapscope.analyzer import api
 from overlapscope.analyzer.ingest import inputs
+from overlapscope.analyzer.ingest.limits import Limits
 from overlapscope.analyzer.store import catalog
 from overlapscope.dashboard import spool
 from overlapscope.analyzer.errors import InputError, UsageError
@@ -133,8 +134,9 @@ def display_error(err: Exception, folder: Path) -> str:
     return str(err).replace(f"{folder}{os.sep}", "")
 
 
-def check_each(paths: list[Path], folder: Path) -> list[str]:
-    """Cheap checks of every file on its own (name, zip archive, manifest): one line per bad file."""
+def check_each(paths: list[Path], folder: Path, limits: Limits | None = None) -> list[str]:
+    """Cheap checks of every file on its own (name, zip archive, manifest) within ``limits``
+    (the upload's caps): one line per bad file."""
     errors = []
     for path in paths:
         if path.name == inputs.MANIFEST_NAME:  # read with the traces it describes (ingest names it if bad)
@@ -143,20 +145,21 @@ def check_each(paths: list[Path], folder: Path) -> list[str]:
             errors.append(f"{path.name}: not a trace (.json, .json.gz) or a .zip of traces")
             continue
         try:
-            inputs.resolve([str(path)])
+            inputs.resolve([str(path)], limits)
         except InputError as err:
             errors.append(display_error(err, folder))
     return errors
 
 
-def find_bad_files(paths: list[Path], folder: Path, known: str) -> list[str]:
-    """After a failed ingest: decode the other trace files one by one to name every bad one."""
+def find_bad_files(paths: list[Path], folder: Path, known: str, limits: Limits | None = None) -> list[str]:
+    """After a failed ingest: decode the other trace files one by one, within ``limits`` (the
+    upload's caps, as the ingest had them), to name every bad one."""
     errors = [known]
     for path in paths:
         if path.name == inputs.MANIFEST_NAME or path.name in known:
             continue
         try:
-            api.analyze([str(path)], workers=1)
+            api.analyze([str(path)], workers=1, limits=limits)
         except (InputError, UsageError) as err:
             errors.append(display_error(err, folder))
     return errors
@@ -192,17 +195,19 @@ def run_with_progress(work, on_progress, expected_s: float, decoded: dict | None
                 on_progress(min(0.95, fraction), elapsed)
 
 
-def store(ingest, files, folder: Path, name: str, tags: dict, on_progress, session_id: str | None = None) -> Outcome:
+def store(ingest, files, folder: Path, name: str, tags: dict, on_progress, session_id: str | None = None,
+          limits: Limits | None = None) -> Outcome:
     """Save ``files`` under ``folder``, check them, and ``ingest(paths, name, tags)`` them.
 
-    ``ingest`` stores a run and returns its id (``data.ingest`` bound to the catalog);
-    it reports each decoded file through its ``on_decoded`` argument. ``session_id``:
-    the browser session whose spooled uploads these are (they move into ``folder``).
+    ``ingest`` stores a run and returns its id (``data.ingest`` bound to the catalog and
+    to ``limits``); it reports each decoded file through its ``on_decoded`` argument.
+    ``session_id``: the browser session whose spooled uploads these are (they move into
+    ``folder``). ``limits``: the upload's caps, for every other read of the files too.
     """
     start = time.monotonic()
     on_progress(0.02, 0.0)
     paths = save(files, folder, session_id)
-    errors = check_each(paths, folder)
+    errors = check_each(paths, folder, limits)
     if errors:
         return Outcome(errors=errors, seconds=time.monotonic() - start)
     on_progress(0.05, time.monotonic() - start)
@@ -215,7 +220,7 @@ def store(ingest, files, folder: Path, name: str, tags: dict, on_progress, sessi
         run_id = run_with_progress(lambda: ingest([str(p) for p in paths], name, tags, on_decoded=on_decoded),
                                    on_progress, expected_seconds(paths), decoded)
     except InputError as err:
-        return Outcome(errors=find_bad_files(paths, folder, display_error(err, folder)),
+        return Outcome(errors=find_bad_files(paths, folder, display_error(err, folder), limits),
                        seconds=time.monotonic() - start)
     on_progress(1.0, time.monotonic() - start)
     return Outcome(run_id=run_id, seconds=time.monotonic() - start)

@@ -30,5 +30,6 @@ def version_3(path: Path, runs: list[tuple[list[str], str, dict]]) -> None:
             load(paths, con=con, name=name, tags=tags, detail="full", after=results.write)
         con.execute("ALTER TABLE runs DROP COLUMN data_dir")  # version 4's
         con.execute("ALTER TABLE runs DROP COLUMN idempotency_key")  # version 5's
+        con.execute("ALTER TABLE ranks DROP COLUMN text_replaced")  # version 5's
     finally:
         con.close()

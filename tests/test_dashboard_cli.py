@@ -48,6 +48,7 @@ def test_server_environment_and_streamlit_options(tmp_path):
     options = server.streamlit_options(settings, 9123, "127.0.0.1")
     assert options["server.port"] == 9123 and options["server.maxUploadSize"] == 64
     assert options["server.address"] == "127.0.0.1" and options["browser.gatherUsageStats"] is False
+    assert options["client.showErrorDetails"] == "none", "no traceback (server paths) reaches a visitor"
     assert server.app_path() == Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 
 

@@ -385,3 +385,27 @@ def test_model_page_what_if_panel(monkeypatch, dashboard_db, dashboard_bundles):
                                                            inter_bandwidth=1e9), workers=1)["predicted"]
     step = next(m for m in at.metric if m.label == "Step (predicted)")
     assert step.value == f"{expected['step_ms']:,.2f} ms"
+
+
+def test_overview_names_missing_ranks_and_dropped_events(monkeypatch, tmp_path):
+    """Ranks 0, 1 and 3 of 4, rank 1 with a kernel of negative duration: the overview says
+    which rank is missing and how many events of which file were left out, as analyze does."""
+    from builders import GpuTrace, write
+    from overlapscope.dashboard.text import plain
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for r in (0, 1, 3):
+        t = GpuTrace(rank=r, world_size=4).step(1, 0, 100).kernel(0, 50, step=1)
+        if r == 1:
+            t.kernel(60, -5, step=1)
+        write(t, folder / f"rank-{r}.json")
+    db = tmp_path / "catalog.duckdb"
+    con = catalog.open_catalog(db)
+    catalog.ingest(con, [str(folder)], name="gappy")
+    con.close()
+    at = open_app(monkeypatch, db, "views/overview.py")
+    no_errors(at)
+    (box,) = [plain(w.value) for w in at.warning]
+    assert "1 of 4 ranks missing (2)" in box
+    assert f"{folder / 'rank-1.json'}: left out 1 events with negative dur" in box

@@ -185,3 +185,98 @@ def test_with_api_tokens_an_upload_needs_one_and_records_its_name(monkeypatch, t
     at.run()
     no_errors(at)
     assert [(r["name"], r["pushed_by"]) for r in stored_runs(db)] == [("refused", "alice")]
+
+
+def test_upload_page_reads_a_lone_surrogate_as_replacement(monkeypatch, tmp_path):
+    """The audit's crash through the page: a \\ud800 escape in a kernel name is stored as
+    U+FFFD, and the run says so."""
+    import json
+
+    from builders import GpuTrace
+
+    text = json.dumps(GpuTrace(rank=0, world_size=1).step(1, 0, 100).kernel(0, 50, step=1).to_json())
+    db = tmp_path / "catalog.duckdb"
+    at = open_app(monkeypatch, db, "views/upload.py")
+    _upload(at, [("rank-0.json", text.replace('"sm90', '"\\ud800sm90', 1).encode())], "surrogate")
+    no_errors(at)
+    assert [r["name"] for r in stored_runs(db)] == ["surrogate"]
+    at.switch_page("views/overview.py").run()
+    no_errors(at)
+    assert any("1 invalid UTF-8 sequences or lone surrogate escapes read as U+FFFD" in plain(w.value)
+               for w in at.warning)
+
+
+def test_every_read_of_an_upload_keeps_the_upload_caps(tmp_path):
+    """A broken rank-0 beside a bomb (64 MiB of blanks in a small gzip), against an upload
+    cap of 8 MiB per trace: the ingest stops at the broken file, and the look at the other
+    files that names every bad one reads the bomb within the same cap (under the CLI's caps
+    it would inflate all of it, to call it an empty file)."""
+    import gzip
+
+    from overlapscope.analyzer.ingest.limits import Limits
+
+    caps = Limits(max_trace_bytes=8 << 20, max_archive_members=4)
+    db = str(tmp_path / "catalog.duckdb")
+    data.prepare_catalog(db, load_samples=False)
+    ingest = functools.partial(data.ingest, db, limits=caps)
+    bomb = gzip.compress(b" " * (64 << 20), compresslevel=9)
+    files = [Upload("rank-0.json", b"{"), Upload("rank-1.json.gz", bomb)]
+    outcome = uploads.store(ingest, files, tmp_path / "up", "bomb", {}, lambda f, s: None, limits=caps)
+    assert outcome.run_id is None
+    assert any(e.startswith("rank-1.json.gz: decompresses to more than 8 MiB") for e in outcome.errors), outcome.errors
+    # the cheap checks too: an archive of more files than the upload allows
+    many = io.BytesIO()
+    with zipfile.ZipFile(many, "w") as zf:
+        for r in range(5):
+            zf.writestr(f"rank-{r}.json", b"{}")
+    paths = uploads.save([Upload("many.zip", many.getvalue())], tmp_path / "up2")
+    (error,) = uploads.check_each(paths, tmp_path / "up2", caps)
+    assert error.startswith("many.zip: zip archive holds 5 files, more than the limit of 4")
+    assert stored_runs(Path(db)) == []
+
+
+def test_an_internal_error_is_one_line_to_the_visitor(monkeypatch, tmp_path, dashboard_bundles, capfd):
+    """A bug while storing (here: the ingest raises) shows one line, without its message or
+    traceback (server paths), which go to the server's log; the run name in the status
+    label is text, never Markdown."""
+    def broken_ingest(*args, **kwargs):
+        raise RuntimeError("secret detail at /srv/overlapscope/data")
+
+    import streamlit
+
+    labels = []
+    status = streamlit.status
+
+    def recorded_status(label, *args, **kwargs):
+        labels.append(label)
+        return status(label, *args, **kwargs)
+
+    monkeypatch.setattr(data, "ingest", broken_ingest)
+    monkeypatch.setattr(streamlit, "status", recorded_status)
+    db = tmp_path / "catalog.duckdb"
+    at = open_app(monkeypatch, db, "views/upload.py")
+    files = bundle_files(dashboard_bundles[0])
+    _upload(at, files, "![x](http://example.invalid/x.png)")
+    assert not at.exception
+    assert "![" not in labels[0] and "](" not in labels[0]
+    assert plain(labels[0]) == f"Storing {len(files)} file(s) as run ![x](http://example.invalid/x.png)..."
+    (line,) = [plain(e.value) for e in at.error]
+    assert line.startswith("internal error (RuntimeError) while storing the run: nothing was stored")
+    assert "secret" not in line and "/srv" not in line
+    log = capfd.readouterr().err
+    assert "secret detail at /srv/overlapscope/data" in log and "Traceback" in log
+    assert stored_runs(db) == []
+
+
+def test_an_upload_holds_at_most_256_files(tmp_path):
+    """Each file of an upload is a decode in the server (1,024 tiny ranks took 114 s): an
+    upload's archive holds at most 256, refused in one line before any decode."""
+    from overlapscope.analyzer.ingest.limits import for_uploads
+
+    many = io.BytesIO()
+    with zipfile.ZipFile(many, "w") as zf:
+        for r in range(257):
+            zf.writestr(f"rank-{r}.json", b"{}")
+    paths = uploads.save([Upload("ranks.zip", many.getvalue())], tmp_path / "up")
+    (error,) = uploads.check_each(paths, tmp_path / "up", for_uploads(2 << 30))
+    assert error.startswith("ranks.zip: zip archive holds 257 files, more than the limit of 256")

@@ -43,8 +43,22 @@ def _deep(trace: dict, n: int = 20000) -> str:
     return json.dumps(trace).replace(json.dumps(DEEP), "[" * n + "1" + "]" * n)
 
 
-def _raw(text: str):
-    return text  # written as given
+def _raw(text):
+    return text  # written as given (str, or bytes for text that is no UTF-8)
+
+
+def _gpu_text(old: str, new: str, count: int = 1) -> str:
+    """The GPU trace's JSON with ``old`` replaced by ``new`` (raw JSON text) ``count`` times."""
+    text = json.dumps(_gpu())
+    assert text.count(old) >= count, old
+    return text.replace(old, new, count)
+
+
+def _with_events(*events: dict) -> dict:
+    """The GPU trace with ``events`` added."""
+    t = _gpu()
+    t["traceEvents"] += list(events)
+    return t
 
 
 # (id, trace (dict or raw text), expected: a substring of the refusal, or None for success)
@@ -75,6 +89,29 @@ REFUSED = [
     ("events_not_objects", lambda: {**_gpu(), "traceEvents": [1, 2]}, "not a Kineto trace"),
     ("only_bad_timestamps", lambda: {**_gpu(), "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k",
                                                                  "pid": 0, "tid": 7, "dur": 5}]}, "no usable events"),
+    # numbers beyond a double (JSON has no infinity): msgspec refuses them, so does the scanner
+    ("dur_1e400", lambda: _gpu_text('"dur": 50', '"dur": 1e400'), "timestamp or duration out of range"),
+    ("dur_minus_1e400", lambda: _gpu_text('"dur": 50', '"dur": -1e400'), "timestamp or duration out of range"),
+    ("ts_1e400_on_a_flow", lambda: _raw(json.dumps(_with_events({"ph": "s", "id": 1, "pid": 100, "tid": 100,
+                                                                  "ts": "big"})).replace('"big"', "1e400")),
+     "timestamp or duration out of range"),
+    ("ph_given_twice_differently", lambda: _gpu_text('"ph": "X", "cat": "kernel"', '"ph": "X", "ph": "i", "cat": "kernel"'),
+     "ph given twice, differently"),
+    ("unknown_ph_given_second", lambda: _gpu_text('"ph": "X", "cat": "kernel"', '"ph": "X", "ph": "Q", "cat": "kernel"'),
+     "events of unknown phase Q"),
+    ("trace_events_given_twice", lambda: _raw(json.dumps(_gpu())[:-1] + ', "traceEvents": []}'),
+     "traceEvents given twice"),
+    ("flow_id_is_a_float", lambda: _with_events({"ph": "s", "id": 1.5, "pid": 100, "tid": 100, "ts": BASE_US + 1}),
+     "pid, tid or id is not an integer"),
+    ("name_is_an_object", lambda: _with_event(name={"a": 1}), "cat or name is not a string"),
+    ("pid_is_true", lambda: _with_event(pid=True), "pid, tid or id is not an integer"),
+    ("args_not_an_object_on_an_op_no_detail_keeps",
+     lambda: _with_events({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 100, "tid": 100,
+                           "ts": BASE_US + 1, "dur": 1, "args": [1]}), "args is not an object"),
+    ("args_not_an_object_on_a_thread_name",
+     lambda: _with_events({"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": "stream 7"}),
+     "args is not an object"),
+    ("pid_not_json", lambda: _gpu_text('"pid": 0', '"pid": 12abc'), "invalid JSON"),
 ]
 
 ACCEPTED = [
@@ -88,13 +125,37 @@ ACCEPTED = [
     ("null_name_and_pid", lambda: {**_gpu(), "traceEvents": _gpu()["traceEvents"] + [
         {"ph": "X", "cat": "cpu_op", "name": None, "pid": None, "tid": None, "ts": BASE_US + 1, "dur": 1}]}),
     ("escaped_keys", lambda: _raw(json.dumps(_gpu()).replace('"ph"', '"\\u0070h"'))),
+    # text that is no Unicode reads as U+FFFD, counted (run.text_replaced)
+    ("lone_surrogate_in_a_name", lambda: _gpu_text('"sm90', '"\\ud800sm90')),
+    ("lone_surrogates_everywhere", lambda: _raw(json.dumps(_with_events(
+        {"ph": "X", "cat": "\ud800cpu_op", "name": "\udfffop", "pid": "\udc00", "tid": 1, "ts": BASE_US + 1,
+         "dur": 1, "args": {"x": "\ud800"}, "extra": "\udbff"},
+        {"ph": "M", "name": "thread_name", "pid": "\udc00", "tid": 1, "args": {"name": "\ud800"}}))
+        .replace('"NVIDIA', '"\\ud800NVIDIA'))),
+    ("a_surrogate_pair_and_escaped_backslashes", lambda: _with_events(
+        {"ph": "X", "cat": "cpu_op", "name": "\U0001f600 \\ud800", "pid": 100, "tid": 100, "ts": BASE_US + 1,
+         "dur": 1})),
+    ("invalid_utf8_in_a_name_and_args", lambda: _raw(_gpu_text('"sm90', '"sm90\udcff').encode(
+        "utf-8", "surrogateescape").replace(b'"stream": 7', b'"stream": 7, "x": "\xc3\x28"', 1))),
+    # fields of phases no decoder reads are not judged: a counter's, a metadata event's
+    ("wrong_types_in_a_counter_event", lambda: _with_events(
+        {"ph": "C", "name": {"a": 1}, "cat": 5, "pid": 1.5, "ts": "soon", "dur": [1], "args": [1]})),
+    ("wrong_types_in_a_thread_name", lambda: _with_events(
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "cat": 5, "ts": "x", "args": {"name": "s"}})),
+    ("out_of_range_ts_in_a_counter_event", lambda: _raw(json.dumps(_with_events(
+        {"ph": "C", "name": "c", "pid": 0, "ts": 1, "args": {}})).replace('"ts": 1,', '"ts": 1e400,'))),
+    ("a_float_id_on_a_complete_event", lambda: _with_event(id=1.5)),
+    ("ph_given_twice_alike", lambda: _gpu_text('"ph": "X", "cat": "kernel"', '"ph": "X", "ph": "X", "cat": "kernel"')),
 ]
 
 
 def _write(case, tmp_path, name="rank-0.json") -> str:
     value = case()
     path = tmp_path / name
-    path.write_text(value if isinstance(value, str) else json.dumps(value))
+    if isinstance(value, bytes):
+        path.write_bytes(value)
+    else:
+        path.write_text(value if isinstance(value, str) else json.dumps(value))
     return str(path)
 
 
@@ -186,13 +247,23 @@ def test_a_file_name_that_disagrees_with_distributed_info_is_reported(tmp_path, 
     assert any("the file name says rank 3, distributedInfo says 1" in w for w in warnings)
 
 
+def _with_groups(trace: dict, *groups: tuple) -> dict:
+    """``trace`` whose distributedInfo lists process groups (name, description, ranks)."""
+    trace["distributedInfo"]["pg_config"] = [{"pg_name": n, "pg_desc": d, "backend_config": "cuda:nccl",
+                                              "pg_size": len(r), "ranks": r} for n, d, r in groups]
+    return trace
+
+
 @pytest.mark.parametrize("make_other, what", [
     (lambda: CpuTrace(rank=1).step(1, 0, 100).op(0, 30).gloo(35, 20).to_json(), "device kind"),
+    (lambda: _with_groups(_gpu(rank=1), ("0", "default_pg", [0, 1]), ("1", "mesh_shard", [1, 3])),
+     "process group 1 is mesh_shard of ranks [1, 3] here, mesh_shard of ranks [0, 1]"),
     (lambda: {**_gpu(rank=1), "distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2}}, "backend"),
     (lambda: {**_gpu(rank=1), "distributedInfo": {"backend": "nccl", "rank": 1, "world_size": 8}}, "world size"),
 ])
 def test_files_of_different_runs_are_refused(tmp_path, capsys, make_other, what):
-    a = write(_gpu(rank=0), tmp_path / "rank-0.json")
+    a = write(_with_groups(_gpu(rank=0), ("0", "default_pg", [0, 1]), ("1", "mesh_shard", [0, 1])),
+              tmp_path / "rank-0.json")
     b = write(make_other(), tmp_path / "rank-1.json")
     code = main(["analyze", a, b])
     err = capsys.readouterr().err
@@ -328,3 +399,192 @@ def test_a_300_character_upload_name_is_saved_and_analysed(tmp_path):
     assert len({p.name for p in paths}) == 2
     assert all(len(p.name.encode()) <= 255 and p.name.endswith("rank-0.json") for p in paths)
     assert uploads.check_each(paths[:1], tmp_path / "up") == []
+
+
+# --- text that is no Unicode -----------------------------------------------------------------
+
+
+def test_a_lone_surrogate_reads_as_replacement_and_is_counted(tmp_path, capsys, monkeypatch):
+    """The audit's crash (a \\ud800 escape in a kernel name): analyze and ingest read it as
+    U+FFFD and say so, with the count of replacements (eight made below, one per string)."""
+    path = _write(ACCEPTED[[c[0] for c in ACCEPTED].index("lone_surrogates_everywhere")][1], tmp_path)
+    assert main(["analyze", path, "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert run["text_replaced"] == 8
+    assert f"{path}: 8 invalid UTF-8 sequences or lone surrogate escapes read as U+FFFD" in run["warnings"]
+    assert "\ufffdNVIDIA H100 80GB HBM3" in run["devices"]
+    monkeypatch.setenv("OVERLAPSCOPE_DB", str(tmp_path / "catalog.duckdb"))
+    assert main(["ingest", path, "--run", "surrogates"]) == 0
+    out, err = capsys.readouterr()
+    assert "stored run 1" in out and "8 invalid UTF-8 sequences or lone surrogate escapes" in err
+    assert main(["analyze", "--run", "surrogates", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["text_replaced"] == 8
+
+
+# (text as written, as repaired, replacements): JSON text, so backslashes are JSON's
+TEXT_REPAIRS = [
+    (rb'"\ud800"', rb'"\ufffd"', 1),
+    (rb'"\uDFFF x"', rb'"\ufffd x"', 1),
+    (rb'"\ud83d\ude00"', rb'"\ud83d\ude00"', 0),  # a pair: one character
+    (rb'"\udc00\ud800"', rb'"\ufffd\ufffd"', 2),  # low then high: no pair
+    (rb'"\ud800\ud800\udc00"', rb'"\ufffd\ud800\udc00"', 1),
+    (rb'"\\ud800"', rb'"\\ud800"', 0),  # an escaped backslash, then plain text
+    (rb'"\\\ud800"', rb'"\\\ufffd"', 1),
+    (rb'"\\\\ud800"', rb'"\\\\ud800"', 0),
+    (b'"a\xffb"', '"a\ufffdb"'.encode(), 1),
+    (b'"\xc3\x28"', '"\ufffd("'.encode(), 1),
+    (b'"\xe2\x82"', '"\ufffd"'.encode(), 1),  # a sequence cut short
+    (b'"\xed\xa0\x80"', '"\ufffd\ufffd\ufffd"'.encode(), 3),  # a surrogate encoded in UTF-8
+    ('"\u00e9\ufffd"'.encode(), '"\u00e9\ufffd"'.encode(), 0),  # valid text, U+FFFD included
+]
+
+
+@pytest.fixture(params=["C", "Python"])
+def textfix(request, monkeypatch):
+    """The text repair, with the extension's surrogate pass and with the pure Python one."""
+    from overlapscope.analyzer.ingest import textfix as module
+
+    if request.param == "Python":
+        monkeypatch.setattr(module, "_fix_surrogates_c", None)
+    elif module._fix_surrogates_c is None:
+        pytest.skip("the C extension is not built")
+    return module
+
+
+@pytest.mark.parametrize("written, repaired, n", TEXT_REPAIRS)
+def test_text_repairs(textfix, written, repaired, n):
+    fix = textfix.TextFix()
+    assert fix.feed(written) + fix.finish() == repaired and fix.replaced == n
+
+
+def test_text_repair_is_the_same_however_the_file_is_cut(textfix):
+    """Cut anywhere (inside an escape, a pair, a run of backslashes or a UTF-8 sequence),
+    the pieces repair to what the whole repairs to, with the same count."""
+    from hypothesis import given, settings, strategies as st
+
+    TextFix = textfix.TextFix
+
+    atoms = st.sampled_from([rb"\ud800", rb"\udc00", rb"\ud83d\ude00", b"\\\\", b"\\", b"u", b"d8", b"00", b"a",
+                             b'"', b"\xff", b"\xc3", b"\xa9", "\u00e9".encode(), "\U0001f600".encode(), b" " * 13])
+
+    def repaired(pieces: list[bytes]) -> tuple[bytes, int]:
+        fix = TextFix()
+        out = b"".join(fix.feed(p) for p in pieces) + fix.finish()
+        return out, fix.replaced
+
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None)
+    @given(text=st.lists(atoms, max_size=40).map(b"".join), cuts=st.lists(st.integers(min_value=0), max_size=6))
+    def check(text, cuts):
+        points = sorted({c % (len(text) + 1) for c in cuts})
+        pieces = [text[a:b] for a, b in zip([0] + points, points + [len(text)])]
+        assert repaired(pieces) == repaired([text])
+
+    check()
+
+
+# --- what a load lacked, said by every command --------------------------------------------------
+
+
+def test_ingest_prints_the_warnings_analyze_prints(tmp_path, capsys, monkeypatch):
+    """Ranks 0, 1 and 3 of 4, rank 1 with a kernel of negative duration: ingest says what
+    analyze says, on stderr, one line each; --json carries them in run.warnings."""
+    for r in (0, 1, 3):
+        t = GpuTrace(rank=r, world_size=4).step(1, 0, 100).kernel(0, 50, step=1)
+        if r == 1:
+            t.kernel(60, -5, step=1)
+        write(t, tmp_path / f"rank-{r}.json")
+    monkeypatch.setenv("OVERLAPSCOPE_DB", str(tmp_path / "catalog.duckdb"))
+    assert main(["analyze", str(tmp_path)]) == 0
+    said = capsys.readouterr().err.splitlines()
+    expected = [f"overlapscope: warning: 1 of 4 ranks missing (2): the figures cover the 3 loaded",
+                f"overlapscope: warning: {tmp_path / 'rank-1.json'}: left out 1 events with negative dur"]
+    assert said == expected
+    assert main(["ingest", str(tmp_path), "--run", "gappy"]) == 0
+    assert capsys.readouterr().err.splitlines() == expected
+    assert main(["ingest", str(tmp_path), "--run", "gappy", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert run["missing_ranks"] == [2] and run["dropped_events"] == {"negative dur": 1}
+
+
+@pytest.mark.parametrize("length", [243, 255])
+def test_a_trace_whose_name_is_near_the_file_system_limit_is_stored(tmp_path, capsys, monkeypatch, length):
+    """ingest looks for <trace>.overlapscope beside each trace (reduced in place): a name of
+    243 to 255 bytes leaves no room for that suffix, which is no reason to refuse the trace."""
+    path = tmp_path / ("r" * (length - len(".json")) + ".json")
+    path.write_text(json.dumps(_gpu()))
+    monkeypatch.setenv("OVERLAPSCOPE_DB", str(tmp_path / "catalog.duckdb"))
+    assert main(["ingest", str(path), "--run", "long"]) == 0, capsys.readouterr().err
+    assert "stored run 1" in capsys.readouterr().out
+
+
+# --- caps on what a trace may cost ------------------------------------------------------------
+
+
+@both
+@pytest.mark.parametrize("detail", DETAILS)
+def test_the_events_kept_are_capped_alike_by_both_decoders(tmp_path, detail):
+    """2,000 kernels (kept at every detail) against a cap of 64 KiB of kept events: more
+    than 64 bytes each, so both decoders refuse, with the same line."""
+    from overlapscope.analyzer.ingest.limits import Limits
+
+    t = GpuTrace(rank=0, world_size=1).step(1, 0, 10_000)
+    for i in range(2000):
+        t.kernel(i * 4, 2)
+    path = write(t, tmp_path / "rank-0.json")
+    caps = Limits(max_kept_bytes=64 << 10)
+    for use_scanner in (True, False):
+        with pytest.raises(InputError, match=r"the events it keeps take more than 0 MiB \(.* events so far\), the "
+                                             r"limit for one trace \(\$OVERLAPSCOPE_MAX_KEPT_MB raises it\)"):
+            decode_source(TraceSource(path), detail, use_scanner=use_scanner, limits=caps)
+    decode_source(TraceSource(path), detail, limits=Limits(max_kept_bytes=64 << 20))  # room enough
+
+
+def test_a_file_that_inflates_like_no_trace_is_refused(tmp_path, capsys):
+    """80 MiB of blanks in a gzip of about 80 KiB (1,000x) passes the 64 MiB every file may
+    inflate to and is refused there, as a zip member too; a plain file of blanks inflates
+    nothing and is read to its end (an empty file)."""
+    import gzip
+
+    blanks = b" " * (80 << 20)
+    packed = tmp_path / "rank-0.json.gz"
+    packed.write_bytes(gzip.compress(blanks, compresslevel=9))
+    archive = tmp_path / "run.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("rank-0.json", blanks)
+    plain = tmp_path / "plain" / "rank-0.json"
+    plain.parent.mkdir()
+    plain.write_bytes(blanks)
+    for path in (packed, archive):
+        assert main(["analyze", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "decompresses to more than 64x its" in err and "a compression bomb" in err, err
+    assert main(["analyze", str(plain)]) == 2
+    assert "empty file" in capsys.readouterr().err
+
+
+def test_a_refused_first_ingest_leaves_no_run_store_behind(tmp_path, capsys):
+    """The run store beside a new catalog is made for the run's files: when the run is
+    refused, the empty folder goes too (a store that held files before stays)."""
+    from overlapscope.analyzer.store import runstore
+
+    db = tmp_path / "catalog.duckdb"
+    bad = tmp_path / "rank-0.json"
+    bad.write_text("{")
+    assert main(["ingest", str(bad), "--run", "refused", "--db", str(db)]) == 2
+    assert "invalid JSON" in capsys.readouterr().err
+    assert not runstore.store_dir(db).exists()
+    (tmp_path / "good").mkdir()
+    good = write(_gpu(rank=0, world_size=1), tmp_path / "good" / "rank-0.json")
+    assert main(["ingest", good, "--run", "kept", "--db", str(db)]) == 0
+    assert main(["ingest", str(bad), "--run", "refused", "--db", str(db)]) == 2
+    assert runstore.store_dir(db).is_dir()
+
+
+def test_ranks_list_the_groups_they_are_in(tmp_path, capsys):
+    """Each rank lists only its own groups (an HSDP mesh: rank 0 shards with 1, replicates
+    with 2); groups named alike agree, so the files make one run."""
+    a = write(_with_groups(_gpu(rank=0, world_size=4), ("0", "default_pg", [0, 1, 2, 3]),
+                           ("1", "mesh_replicate", [0, 2]), ("3", "mesh_shard", [0, 1])), tmp_path / "rank-0.json")
+    b = write(_with_groups(_gpu(rank=1, world_size=4), ("0", "default_pg", [0, 1, 2, 3]),
+                           ("2", "mesh_replicate", [1, 3]), ("3", "mesh_shard", [0, 1])), tmp_path / "rank-1.json")
+    assert main(["analyze", a, b]) == 0, capsys.readouterr().err

@@ -43,10 +43,12 @@ def status(key):
             return int(line.split()[1]) * 1024
 from overlapscope.analyzer.ingest.decode import decode_source
 from overlapscope.analyzer.ingest.inputs import TraceSource
+from overlapscope.analyzer.ingest import limits
 from overlapscope.analyzer.errors import InputError
 start = status("VmRSS:")
+caps = limits.for_uploads(2 << 30) if sys.argv[3] == "uploads" else limits.from_env()
 try:
-    r = decode_source(TraceSource(sys.argv[1]), sys.argv[2])
+    r = decode_source(TraceSource(sys.argv[1]), sys.argv[2], limits=caps)
     outcome = "ok %d" % r.events.num_rows
 except InputError as err:
     outcome = "refused " + err.problem
@@ -55,9 +57,10 @@ print(start, status("VmHWM:"))
 """
 
 
-def _decode_peak(path, detail: str, env: dict | None = None) -> tuple[str, int, int]:
-    """(outcome, start-up RSS, peak RSS) of decoding ``path`` in a fresh process."""
-    out = subprocess.run([sys.executable, "-c", PEAK, str(path), detail], capture_output=True, text=True,
+def _decode_peak(path, detail: str, env: dict | None = None, caps: str = "cli") -> tuple[str, int, int]:
+    """(outcome, start-up RSS, peak RSS) of decoding ``path`` in a fresh process, with the
+    CLI's caps (and the environment's) or an upload's (``caps="uploads"``)."""
+    out = subprocess.run([sys.executable, "-c", PEAK, str(path), detail, caps], capture_output=True, text=True,
                          env={**os.environ, **(env or {})}, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     outcome, numbers = out.stdout.strip().splitlines()[-2:]
@@ -65,32 +68,60 @@ def _decode_peak(path, detail: str, env: dict | None = None) -> tuple[str, int, 
     return outcome, start, peak
 
 
+NO_RATIO_CAP = {"OVERLAPSCOPE_MAX_RATIO": "1000000"}  # to reach the other caps with a bomb
+
+
 def test_a_whitespace_bomb_stops_at_the_cap_in_bounded_memory(tmp_path):
-    """3 GB of whitespace in a 3 MB gzip (the case that once took 6.8 GB): refused at
-    a 1 GiB cap, and under the default cap streamed through to its one-line refusal,
-    both under 1 GB of memory."""
+    """3 GB of whitespace in a 3 MB gzip (the case that once took 6.8 GB): refused once it
+    inflates past 64x its size; without that cap, at a 1 GiB cap on decompressed bytes, and
+    without either, streamed through to its one-line refusal; always under 1 GB of memory."""
     bomb = tmp_path / "rank-0.json.gz"
     _gzip_repeated(bomb, b" " * (64 * MB), 48)
     assert bomb.stat().st_size < 8 * MB
-    outcome, _, peak = _decode_peak(bomb, "full", {"OVERLAPSCOPE_MAX_TRACE_MB": "1024"})
+    outcome, _, peak = _decode_peak(bomb, "full")
+    assert outcome.startswith("refused decompresses to more than 64x its"), outcome
+    assert peak < 1000 * MB, peak / MB
+    outcome, _, peak = _decode_peak(bomb, "full", {**NO_RATIO_CAP, "OVERLAPSCOPE_MAX_TRACE_MB": "1024"})
     assert outcome.startswith("refused decompresses to more than 1,024 MiB"), outcome
     assert peak < 1000 * MB, peak / MB
-    outcome, _, peak = _decode_peak(bomb, "full")
+    outcome, _, peak = _decode_peak(bomb, "full", NO_RATIO_CAP)
     assert outcome.startswith("refused empty file"), outcome
     assert peak < 1000 * MB, peak / MB
 
 
-def test_an_event_bomb_stops_at_the_cap_in_bounded_memory(tmp_path):
-    """3 GB of kernel events (every one of them kept by the analysis) against a 1 GiB cap."""
+def _event_bomb(path, total_bytes: int = 3 << 30) -> None:
+    """``total_bytes`` of kernel events (every one of them kept by every analysis) in a gzip."""
     event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0,
              "args": {"correlation": 1, "stream": 7}}
     block = (json.dumps(event) + ",").encode() * 200_000
     head = b'{"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": ['
-    copies = (3 << 30) // len(block)
+    _gzip_repeated(path, block, total_bytes // len(block), head, json.dumps(event).encode() + b"]}")
+
+
+def test_an_event_bomb_stops_at_the_cap_in_bounded_memory(tmp_path):
+    """3 GB of kernel events: refused at 64x its size; without that cap, where the events
+    it keeps pass the cap on kept memory (256 MiB here), for analyze's detail and ingest's;
+    under 1 GB either way."""
     bomb = tmp_path / "rank-0.json.gz"
-    _gzip_repeated(bomb, block, copies, head, json.dumps(event).encode() + b"]}")
-    outcome, _, peak = _decode_peak(bomb, "overlap", {"OVERLAPSCOPE_MAX_TRACE_MB": "1024"})
-    assert outcome.startswith("refused decompresses to more than 1,024 MiB"), outcome
+    _event_bomb(bomb)
+    outcome, _, peak = _decode_peak(bomb, "overlap")
+    print(f"3 GB event bomb, analyze's detail: {outcome}; peak {peak / MB:,.0f} MiB")
+    assert outcome.startswith("refused decompresses to more than 64x its"), outcome
+    assert peak < 1000 * MB, peak / MB
+    for detail in ("overlap", "full"):
+        outcome, _, peak = _decode_peak(bomb, detail, {**NO_RATIO_CAP, "OVERLAPSCOPE_MAX_KEPT_MB": "256"})
+        assert outcome.startswith("refused the events it keeps take more than 256 MiB"), outcome
+        assert peak < 1000 * MB, (detail, peak / MB)
+
+
+def test_an_upload_keeps_its_caps_in_bounded_memory(tmp_path):
+    """The caps of an upload (the server's, at ingest's detail, which keeps every event and
+    its args): the same bomb stops at the upload's 384 MiB of kept events (before it
+    inflates 64x), under 1 GB."""
+    bomb = tmp_path / "rank-0.json.gz"
+    _event_bomb(bomb)
+    outcome, _, peak = _decode_peak(bomb, "full", caps="uploads")
+    assert outcome.startswith("refused the events it keeps take more than 384 MiB"), outcome
     assert peak < 1000 * MB, peak / MB
 
 

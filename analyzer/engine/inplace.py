@@ -62,12 +62,19 @@ def reduce_in_place(task: RankTask) -> Path:
     return folder
 
 
+def _stamped(folder: Path) -> bool:
+    try:
+        return (folder / STAMP).is_file()
+    except OSError:  # the trace's own name is near the limit: a folder beside it cannot be named
+        return False
+
+
 def collect(task: RankTask) -> RankResult | None:
     """The rank's tables reduced in place, when they were made from this very trace by this
     overlapscope for this run (else None: the rank is mapped as usual). With ``task.out_dir``
     (a run store's staging folder) its files are copied there."""
     folder = folder_of(task.source)
-    if task.detail != "full" or folder is None or not (folder / STAMP).is_file():
+    if task.detail != "full" or folder is None or not _stamped(folder):
         return None  # the lighter loads of analyze, buckets and diagnose map the trace itself
     try:
         stamp = msgspec.json.decode((folder / STAMP).read_bytes())

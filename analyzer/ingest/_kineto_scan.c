@@ -2,7 +2,7 @@
  * _kineto_scan: a streaming, bounded scanner of Kineto (Chrome trace) JSON that
  * returns the events as columns, without a Python object per event.
  *
- *   s = Scanner(keep, max_value_bytes=..., max_depth=..., max_tokens=...)
+ *   s = Scanner(keep, max_value_bytes=..., max_depth=..., max_tokens=..., max_kept_bytes=...)
  *   s.feed(chunk)   any number of times, with consecutive pieces of the document
  *   s.finish()  ->  dict (below)
  *
@@ -38,7 +38,9 @@
  *
  * Errors (ValueError, one line, with the byte offset) are the input's: invalid
  * JSON, a value nested deeper than max_depth, one event or member larger than
- * max_value_bytes, more distinct tokens than max_tokens, a traceEvents entry that
+ * max_value_bytes, more distinct tokens than max_tokens, more memory kept than max_kept_bytes (the
+ * kept rows, their args and the distinct tokens: "keeps more than the limit: N events so far"),
+ * a control character, a traceEvents entry that
  * is not an object, a field of the wrong JSON type, data after the document, or a
  * document that ends too early.
  */
@@ -247,6 +249,9 @@ typedef struct {
     int is_events;
     int found_events;
     Py_ssize_t max_value, max_tokens;
+    Py_ssize_t max_kept;    /* bytes of kept rows, args and tokens (what memory follows) */
+    Py_ssize_t row_bytes;   /* column bytes of one kept row */
+    Py_ssize_t token_bytes; /* the distinct tokens' bytes, with their table entries */
     int max_depth;
     /* columns */
     Buf ph, cat, name, pid, tid, id, ts, dur, astart, alen, cond, args;
@@ -298,10 +303,37 @@ static const char *string_end(const char *p, const char *end) {
     return NULL;
 }
 
+/* Whether [p, end) is a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)? */
+static int is_json_number(const char *p, const char *end) {
+    const char *q = p;
+    if (q < end && *q == '-') q++;
+    if (q >= end) return 0;
+    if (*q == '0') q++;
+    else if (*q >= '1' && *q <= '9') while (q < end && *q >= '0' && *q <= '9') q++;
+    else return 0;
+    if (q < end && *q == '.') {
+        q++;
+        if (q >= end || *q < '0' || *q > '9') return 0;
+        while (q < end && *q >= '0' && *q <= '9') q++;
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < end && (*q == '+' || *q == '-')) q++;
+        if (q >= end || *q < '0' || *q > '9') return 0;
+        while (q < end && *q >= '0' && *q <= '9') q++;
+    }
+    return q == end;
+}
+
+static int is_literal(const char *p, Py_ssize_t len) {
+    return (len == 4 && (!memcmp(p, "true", 4) || !memcmp(p, "null", 4))) || (len == 5 && !memcmp(p, "false", 5));
+}
+
 /* End of a complete JSON value at p (no surrounding whitespace), or NULL when the
  * buffer ends first (*need = 1) or the value is malformed (*bad set to a message).
- * Objects and arrays: brackets are counted outside strings, at most max_depth deep;
- * their inside is checked when decoded (msgspec) or scanned (events). */
+ * Objects and arrays: brackets are counted outside strings, at most max_depth deep, and
+ * the numbers and literals inside checked; their structure is checked when decoded
+ * (msgspec) or scanned (events). */
 static const char *value_end(const char *p, const char *end, int max_depth, int final, int *need,
                              const char **bad) {
     if (p >= end) {
@@ -334,6 +366,17 @@ static const char *value_end(const char *p, const char *end, int max_depth, int 
                 }
             } else if (ch == '}' || ch == ']') {
                 if (--depth == 0) return p + 1;
+            } else if (!WS[(unsigned char)ch] && ch != ',' && ch != ':') {
+                /* a number or literal inside: JSON's (no NaN, no garbage), as msgspec reads it */
+                const char *q = p;
+                while (q < end && !DELIM[(unsigned char)*q] && *q != '{' && *q != '[' && *q != '"') q++;
+                if (q == end) break;
+                if (!is_literal(p, q - p) && !is_json_number(p, q)) {
+                    *bad = "invalid JSON: not a number, string, object, array or literal";
+                    return NULL;
+                }
+                p = q;
+                continue;
             }
             p++;
         }
@@ -438,8 +481,9 @@ static Py_ssize_t read_key(Cursor *c, char *out) {
     return too_long ? -1 : n;
 }
 
-/* A scalar's raw token (a string with its quotes, or a number or literal). */
-static const char *scalar(Cursor *c, Py_ssize_t *len, int *is_string) {
+/* A scalar's raw token (a string with its quotes, or a number or literal); an object or
+ * array is skipped whole and returned with *is_string = -1 (a wrong type for the caller). */
+static const char *scalar(Cursor *c, Py_ssize_t *len, int *is_string, int max_depth) {
     skip_ws(c);
     const char *start = c->p;
     if (c->p < c->end && *c->p == '"') {
@@ -450,10 +494,20 @@ static const char *scalar(Cursor *c, Py_ssize_t *len, int *is_string) {
         }
         c->p = e;
         *is_string = 1;
+    } else if (c->p < c->end && (*c->p == '{' || *c->p == '[')) {
+        int need = 0;
+        const char *bad = NULL;
+        const char *e = value_end(c->p, c->end, max_depth, 1, &need, &bad);
+        if (!e) {
+            c->bad = bad ? bad : "invalid JSON in an event";
+            return NULL;
+        }
+        c->p = e;
+        *is_string = -1;
     } else {
         while (c->p < c->end && !DELIM[(unsigned char)*c->p]) c->p++;
-        if (c->p == start || *start == '{' || *start == '[') {
-            c->bad = "invalid JSON in an event: a scalar was expected";
+        if (c->p == start || (!is_literal(start, c->p - start) && !is_json_number(start, c->p))) {
+            c->bad = "invalid JSON: not a number, string, object, array or literal";
             return NULL;
         }
         *is_string = 0;
@@ -465,25 +519,21 @@ static const char *scalar(Cursor *c, Py_ssize_t *len, int *is_string) {
 static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* A number (ts, dur): NaN for null; the bad message for anything else. */
-static double number(Cursor *c) {
+/* A number (ts, dur) into *out (NaN for null): 0, or NUM_TYPE for a value of another type
+ * (skipped) and NUM_RANGE for one beyond a double's range (as msgspec refuses it), both left
+ * to the event's phase to judge; -1 with c->bad set for invalid JSON. */
+#define NUM_TYPE 1
+#define NUM_RANGE 2
+static int number(Cursor *c, double *out, int max_depth) {
     skip_ws(c);
-    const char *start = c->p;
-    if (c->end - c->p >= 4 && !memcmp(c->p, "null", 4)) {
-        c->p += 4;
-        return NAN;
-    }
-    while (c->p < c->end && NUMERIC[(unsigned char)*c->p]) c->p++;
-    if (c->p == start || c->p - start > 63 || (c->p < c->end && !DELIM[(unsigned char)*c->p])) {
-        /* a string, object, array or literal is a wrong type; anything else is no JSON */
-        char ch = *start;
-        int json_value = ch == '"' || ch == '{' || ch == '[' ||
-                         (c->end - start >= 4 && !memcmp(start, "true", 4)) ||
-                         (c->end - start >= 5 && !memcmp(start, "false", 5));
-        c->bad = json_value ? "not a Kineto trace: a timestamp or duration that is not a number"
-                            : "invalid JSON: not a number, string, object, array or literal";
-        return NAN;
-    }
+    *out = NAN;
+    Py_ssize_t len;
+    int str;
+    const char *start = scalar(c, &len, &str, max_depth);
+    if (!start) return -1;
+    if (str) return NUM_TYPE;
+    if (len == 4 && !memcmp(start, "null", 4)) return 0;
+    if (is_literal(start, len)) return NUM_TYPE;
     /* Fast path (Clinger): digits[.digits] with a mantissa below 2^53 and at most 22
      * decimals is mantissa / 10^k, both exact, so the division is correctly rounded:
      * the same double strtod (and msgspec) give. Everything else goes to strtod. */
@@ -509,16 +559,22 @@ static double number(Cursor *c) {
         }
         if (ok && digits > 0 && m < (1ULL << 53) && (frac < 0 ? 0 : frac) <= 22) {
             double v = frac > 0 ? (double)m / POW10[frac] : (double)m;
-            return neg ? -v : v;
+            *out = neg ? -v : v;
+            return 0;
         }
     }
-    char tmp[64];
-    memcpy(tmp, start, c->p - start);
-    tmp[c->p - start] = 0;
-    char *stop;
-    double v = strtod(tmp, &stop);
-    if (*stop) c->bad = "not a Kineto trace: a timestamp or duration that is not a number";
-    return v;
+    char small[64], *tmp = small;
+    if (len >= (Py_ssize_t)sizeof(small) && !(tmp = malloc(len + 1))) {
+        c->bad = "out of memory";
+        return -1;
+    }
+    memcpy(tmp, start, len);
+    tmp[len] = 0;
+    double v = strtod(tmp, NULL);
+    if (tmp != small) free(tmp);
+    if (isinf(v)) return NUM_RANGE;
+    *out = v;
+    return 0;
 }
 
 #define KEY_IS(k, klen, lit) ((klen) == (Py_ssize_t)sizeof(lit) - 1 && memcmp((k), (lit), (klen)) == 0)
@@ -672,33 +728,11 @@ static int take_float(const char *p, const char *end, double *out) {
         *out = NAN;
         return 1;
     }
-    if (len <= 0 || len > 63) return 0;
-    /* JSON's number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)? */
-    const char *q = p;
-    if (q < end && *q == '-') q++;
-    if (q >= end) return 0;
-    if (*q == '0') q++;
-    else if (*q >= '1' && *q <= '9') while (q < end && *q >= '0' && *q <= '9') q++;
-    else return 0;
-    if (q < end && *q == '.') {
-        q++;
-        if (q >= end || *q < '0' || *q > '9') return 0;
-        while (q < end && *q >= '0' && *q <= '9') q++;
-    }
-    if (q < end && (*q == 'e' || *q == 'E')) {
-        q++;
-        if (q < end && (*q == '+' || *q == '-')) q++;
-        if (q >= end || *q < '0' || *q > '9') return 0;
-        while (q < end && *q >= '0' && *q <= '9') q++;
-    }
-    if (q != end) return 0;
+    if (len <= 0 || len > 63 || !is_json_number(p, end)) return 0;
     char tmp[64];
     memcpy(tmp, p, len);
     tmp[len] = 0;
-    char *stop;
-    double v = strtod(tmp, &stop);
-    if (*stop) return 0;
-    *out = v;
+    *out = strtod(tmp, NULL);
     return 1;
 }
 
@@ -755,6 +789,65 @@ static const char *take_args(Scanner *s, const char *p, const char *end, int64_t
     }
 }
 
+/* A distinct token's bytes beyond its text: its (s, len) pair and its slot in the table. */
+#define TOKEN_OVERHEAD 64
+/* A kept row's bytes in the columns (ph, cat, name, pid, tid, id, ts, dur, args start and
+ * length, cond), without the taken values. */
+#define ROW_BYTES 53
+
+static int over_kept(Scanner *s) {
+    return s->ph.len * s->row_bytes + s->args.len + s->token_bytes > s->max_kept;
+}
+
+static int kept_failure(Scanner *s) {
+    PyErr_Format(PyExc_ValueError, "keeps more than the limit: %zd events so far", s->ph.len);
+    return -1;
+}
+
+/* The fields of an event whose value is of the wrong type (or a number beyond a double's
+ * range) are noted as it is read and judged once its phase is known: a phase's own fields
+ * must be right (those of kineto.py's struct of that phase: the msgspec decoder reads the
+ * same ones), the others are not read. */
+#define F_CAT 1u
+#define F_NAME 2u
+#define F_PID 4u
+#define F_TID 8u
+#define F_ID 16u
+#define F_TS 32u
+#define F_DUR 64u
+#define F_ARGS 128u
+#define F_TS_RANGE 256u
+#define F_DUR_RANGE 512u
+
+static unsigned fields_of(unsigned char ph) {
+    switch (ph) {
+    case 'X': case 'i': case 'I':
+        return F_CAT | F_NAME | F_PID | F_TID | F_TS | F_DUR | F_ARGS | F_TS_RANGE | F_DUR_RANGE;
+    case 'M':
+        return F_NAME | F_PID | F_TID | F_ARGS;
+    case 's': case 't': case 'f':
+        return F_CAT | F_NAME | F_ID | F_PID | F_TID | F_TS | F_TS_RANGE;
+    default:
+        return 0;
+    }
+}
+
+/* The one-line problem of wrong fields (the words frames.parse gives msgspec's errors). */
+static const char *field_problem(unsigned bad) {
+    if (bad & (F_CAT | F_NAME)) return "not a Kineto trace: an event's cat or name is not a string";
+    if (bad & (F_PID | F_TID | F_ID)) return "not a Kineto trace: an event's pid, tid or id is not an integer or a string";
+    if (bad & (F_TS | F_DUR)) return "not a Kineto trace: a timestamp or duration that is not a number";
+    if (bad & (F_TS_RANGE | F_DUR_RANGE)) return "not a Kineto trace: a timestamp or duration out of range";
+    return "not a Kineto trace: an event's args is not an object";
+}
+
+/* Every Chrome-trace phase (frames.KNOWN_PH; tests/test_decoders_agree.py checks they match). */
+static const char KNOWN_PH[] = "XiIMstfBECbnePONDRcVv()";
+
+static int known_ph(unsigned char ph) {
+    return ph > 1 && memchr(KNOWN_PH, ph, sizeof(KNOWN_PH) - 1) != NULL;
+}
+
 /* One event at p, complete in [p, end) or (tentative) maybe not: the row (when kept) and
  * *out_end, the byte after its closing brace. Returns 0, or -1 with the error set; a
  * tentative call returns 1 instead of any error (the buffer may end inside the event:
@@ -763,8 +856,9 @@ static const char *take_args(Scanner *s, const char *p, const char *end, int64_t
 static int scan_event(Scanner *s, const char *p, const char *end, int tentative, const char **out_end) {
     Cursor c = {p, end, NULL};
     unsigned char ph = 0;
+    int ph_seen = 0;
+    unsigned wrong = 0;  /* F_* of fields of the wrong type */
     int32_t cat = -1, name = -1, pid = -1, tid = -1, id = -1;
-    int cat_str = 1, name_str = 1;
     double ts = NAN, dur = NAN;
     const char *args = NULL;
     Py_ssize_t args_len = 0;
@@ -800,60 +894,69 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
             } else if (KEY_IS(key, klen, "ph")) {
                 Py_ssize_t len;
                 int str;
-                const char *tok = scalar(&c, &len, &str);
+                const char *tok = scalar(&c, &len, &str, s->max_depth - 1);
                 if (!tok) break;
-                if (!str) {
+                if (str != 1) {
                     c.bad = "not a Kineto trace: an event's ph is not a string";
                     break;
                 }
-                ph = len == 3 ? (unsigned char)tok[1] : (len == 2 ? 0 : 1);  /* 1: not one character */
+                unsigned char given = len == 3 ? (unsigned char)tok[1] : (len == 2 ? 0 : 1);  /* 1: not one character */
+                if (ph_seen && given != ph) {
+                    /* msgspec reads the first as the event's type and checks the second against it */
+                    if (known_ph(ph) && known_ph(given)) {
+                        c.bad = "not a Kineto trace: an event's ph given twice, differently";
+                        break;
+                    }
+                    if (!known_ph(ph)) given = ph;  /* the unknown one is refused after the scan */
+                }
+                ph = given;
+                ph_seen = 1;
             } else if (KEY_IS(key, klen, "cat") || KEY_IS(key, klen, "name") || KEY_IS(key, klen, "pid") ||
                        KEY_IS(key, klen, "tid") || KEY_IS(key, klen, "id")) {
+                unsigned bit = key[0] == 'c' ? F_CAT : key[0] == 'n' ? F_NAME : key[0] == 'p' ? F_PID
+                               : key[0] == 't' ? F_TID : F_ID;
                 Py_ssize_t len;
                 int str;
-                const char *tok = scalar(&c, &len, &str);
+                const char *tok = scalar(&c, &len, &str, s->max_depth - 1);
                 if (!tok) break;
-                int32_t t;
-                if (!str && len == 4 && !memcmp(tok, "null", 4)) t = -1;
-                else if (!str && ((len == 4 && !memcmp(tok, "true", 4)) || (len == 5 && !memcmp(tok, "false", 5)))) {
-                    c.bad = "not a Kineto trace: an event field holds true or false";
-                    break;
-                } else {
-                    if (!str && key[0] != 'c' && key[0] != 'n') {
-                        /* pid, tid and id are integers when they are numbers */
-                        for (Py_ssize_t i = 0; i < len; i++)
-                            if (!(tok[i] >= '0' && tok[i] <= '9') && !(i == 0 && tok[i] == '-')) {
-                                c.bad = "not a Kineto trace: an event's pid, tid or id is a number that is not an integer";
-                                break;
-                            }
-                        if (c.bad) break;
-                    }
+                int32_t t = -1;
+                if (str == 1 || (str == 0 && !is_literal(tok, len) && !(bit & (F_CAT | F_NAME)) &&
+                                 !memchr(tok, '.', len) && !memchr(tok, 'e', len) && !memchr(tok, 'E', len))) {
+                    /* a string, or (pid, tid, id) an integer */
                     if (s->tokens.count >= s->max_tokens) {
                         c.bad = "more distinct names than the limit";
                         break;
                     }
+                    Py_ssize_t before = s->tokens.count;
                     t = table_id(&s->tokens, &s->arena, tok, len);
                     if (t == -2) {
                         PyErr_NoMemory();
                         return -1;
                     }
+                    if (s->tokens.count > before) {
+                        s->token_bytes += len + TOKEN_OVERHEAD;
+                        if (over_kept(s)) return kept_failure(s);
+                    }
+                } else if (!(str == 0 && len == 4 && !memcmp(tok, "null", 4))) {
+                    wrong |= bit;  /* an object, array, true, false, or a number where it may not be */
                 }
-                if (key[0] == 'c') { cat = t; cat_str = str || t < 0; }
-                else if (key[0] == 'n') { name = t; name_str = str || t < 0; }
-                else if (key[0] == 'p') pid = t;
-                else if (key[0] == 't') tid = t;
+                if (bit == F_CAT) cat = t;
+                else if (bit == F_NAME) name = t;
+                else if (bit == F_PID) pid = t;
+                else if (bit == F_TID) tid = t;
                 else id = t;
-            } else if (KEY_IS(key, klen, "ts")) {
-                ts = number(&c);
-            } else if (KEY_IS(key, klen, "dur")) {
-                dur = number(&c);
+            } else if (KEY_IS(key, klen, "ts") || KEY_IS(key, klen, "dur")) {
+                int is_ts = klen == 2;
+                double v;
+                int rc = number(&c, &v, s->max_depth - 1);
+                if (rc < 0) break;
+                if (rc == NUM_TYPE) wrong |= is_ts ? F_TS : F_DUR;
+                if (rc == NUM_RANGE) wrong |= is_ts ? F_TS_RANGE : F_DUR_RANGE;
+                if (is_ts) ts = v;
+                else dur = v;
             } else if (KEY_IS(key, klen, "args")) {
-                if (c.p >= c.end || (*c.p != '{' && *c.p != 'n')) {
-                    c.bad = "not a Kineto trace: an event's args is not an object";
-                    break;
-                }
                 const char *e;
-                if (*c.p == '{' && s->n_take) {  /* the end, and the taken keys, in one pass */
+                if (c.p < c.end && *c.p == '{' && s->n_take) {  /* the end, and the taken keys, in one pass */
                     e = take_args(s, c.p, c.end, slots, &took_flags);
                     if (!e) {
                         c.bad = "invalid JSON in an event's args";
@@ -871,6 +974,8 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
                 if (*c.p == '{') {
                     args = c.p;
                     args_len = e - c.p;
+                } else if (!(e - c.p == 4 && !memcmp(c.p, "null", 4))) {
+                    wrong |= F_ARGS;
                 }
                 c.p = e;
             } else {
@@ -893,14 +998,12 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
         }
     }
     if (c.bad) return tentative ? 1 : fail_at(s, c.p, c.bad);
-    if (!cat_str || !name_str) {
-        if (tentative) return 1;
-        return fail_at(s, p, "not a Kineto trace: an event's cat or name is not a string");
-    }
+    wrong &= fields_of(ph);
+    if (wrong) return tentative ? 1 : fail_at(s, p, field_problem(wrong));
     *out_end = c.p;
     s->n++;
     s->by_ph[ph]++;
-    if (cat >= 0 && !s->gpu) {
+    if (cat >= 0 && !s->gpu && (ph == 'X' || ph == 'i' || ph == 'I')) {  /* a slice's category (msgspec: the same) */
         if (s->kernel_tok < 0) {
             const char **pairs = (const char **)s->tokens.order.data;
             if ((Py_ssize_t)(intptr_t)pairs[2 * cat + 1] == 8 && !memcmp(pairs[2 * cat], "\"kernel\"", 8))
@@ -937,6 +1040,7 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
             return -1;
         }
     }
+    if (over_kept(s)) return kept_failure(s);
     return 0;
 }
 
@@ -1107,6 +1211,17 @@ static PyObject *Scanner_feed(Scanner *s, PyObject *arg) {
     }
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    /* a control character other than whitespace is invalid JSON anywhere (in a string it
+     * must be escaped): refused here, in one pass, as msgspec refuses it */
+    const unsigned char *bytes = view.buf;
+    for (Py_ssize_t i = 0; i < view.len; i++) {
+        if (bytes[i] < 0x20 && !WS[bytes[i]]) {
+            long long where = s->offset + s->pending.len + i;
+            PyBuffer_Release(&view);
+            PyErr_Format(PyExc_ValueError, "invalid JSON: a control character (at byte %lld)", where);
+            return NULL;
+        }
+    }
     int rc = buf_push(&s->pending, view.buf, view.len);
     PyBuffer_Release(&view);
     if (rc < 0) return PyErr_NoMemory();
@@ -1209,12 +1324,13 @@ static void Scanner_dealloc(Scanner *s) {
 }
 
 static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
-    static char *kw[] = {"keep", "max_value_bytes", "max_depth", "max_tokens", "args_keys", "take_keys", NULL};
+    static char *kw[] = {"keep", "max_value_bytes", "max_depth", "max_tokens", "args_keys", "take_keys",
+                         "max_kept_bytes", NULL};
     PyObject *keep, *keys = Py_None, *take_keys = Py_None;
-    Py_ssize_t max_value = 256 << 20, max_tokens = 10000000;
+    Py_ssize_t max_value = 256 << 20, max_tokens = 10000000, max_kept = PY_SSIZE_T_MAX;
     int max_depth = 256;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|ninOO", kw, &keep, &max_value, &max_depth, &max_tokens, &keys,
-                                     &take_keys))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|ninOOn", kw, &keep, &max_value, &max_depth, &max_tokens, &keys,
+                                     &take_keys, &max_kept))
         return -1;
     if (!PyCallable_Check(keep)) {
         PyErr_SetString(PyExc_TypeError, "keep must be callable");
@@ -1241,6 +1357,8 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
     s->max_value = max_value;
     s->max_depth = max_depth;
     s->max_tokens = max_tokens;
+    s->max_kept = max_kept;
+    s->token_bytes = 0;
     if (keys != Py_None) {
         PyObject *seq = PySequence_Fast(keys, "args_keys must be a sequence of bytes");
         if (!seq) return -1;
@@ -1297,6 +1415,7 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
         s->n_take = n;
         Py_DECREF(seq);
     }
+    s->row_bytes = ROW_BYTES + (s->n_take ? 8 * s->n_take + 4 : 0);
     return 0;
 }
 
@@ -1429,10 +1548,113 @@ static PyObject *depth_ok(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* top_key_count(buffer, key) -> int: how many times the top-level object of the JSON text
+ * has the member ``key`` (a raw key without escapes; the msgspec decoder keeps the last of
+ * a repeated member, so traceEvents given twice is found here, as the scanner finds it). */
+static PyObject *top_key_count(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data, key;
+    if (!PyArg_ParseTuple(args, "y*y*", &data, &key)) return NULL;
+    const char *p = data.buf, *end = p + data.len;
+    int depth = 0, expect_key = 0;
+    long count = 0;
+    while (p < end) {
+        char ch = *p;
+        if (ch == '"') {
+            const char *e = string_end(p, end);
+            if (!e) break;
+            if (depth == 1 && expect_key && e - p - 2 == key.len && !memcmp(p + 1, key.buf, key.len)) count++;
+            expect_key = 0;
+            p = e;
+            continue;
+        }
+        if (ch == '{' || ch == '[') {
+            depth++;
+            expect_key = depth == 1 && ch == '{';
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        } else if (ch == ',' && depth == 1) {
+            expect_key = 1;
+        }
+        p++;
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&key);
+    return PyLong_FromLong(count);
+}
+
+static int hex_value(char h) {
+    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+}
+
+/* The code of the \uXXXX escape text at p (6 bytes before end), or -1. */
+static int escape_code(const char *p, const char *end) {
+    if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return -1;
+    int code = 0;
+    for (int i = 2; i < 6; i++) {
+        int v = hex_value(p[i]);
+        if (v < 0) return -1;
+        code = code * 16 + v;
+    }
+    return code;
+}
+
+/* fix_surrogates(buffer) -> (bytes, n): the JSON text with each lone surrogate escape
+ * (\uD800-\uDFFF not in a high-low pair) written as \ufffd, the same six bytes, and how
+ * many; the buffer itself (as bytes) when there are none. The text starts outside a run of
+ * backslashes (textfix.py); runs are followed forward, so an escaped backslash never
+ * counts as an escape. */
+static PyObject *fix_surrogates(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    const char *base = data.buf, *p = base, *end = base + data.len;
+    char *out = NULL;
+    long n = 0;
+    while (p < end) {
+        const char *q = memchr(p, '\\', end - p);
+        if (!q) break;
+        const char *r = q;
+        while (r < end && *r == '\\') r++;
+        p = r;
+        if (((r - q) & 1) == 0) continue;  /* escaped backslashes only */
+        const char *esc = r - 1;  /* the backslash that escapes what follows */
+        int code = escape_code(esc, end);
+        if (code < 0xD800 || code > 0xDFFF) continue;
+        if (code < 0xDC00) {
+            int low = escape_code(esc + 6, end);
+            if (low >= 0xDC00 && low <= 0xDFFF) {  /* a pair: one character */
+                p = esc + 12;
+                continue;
+            }
+        }
+        if (!out) {
+            out = PyMem_Malloc(data.len ? data.len : 1);
+            if (!out) {
+                PyBuffer_Release(&data);
+                return PyErr_NoMemory();
+            }
+            memcpy(out, base, data.len);
+        }
+        memcpy(out + (esc - base), "\\ufffd", 6);
+        n++;
+        p = esc + 6;
+    }
+    PyObject *text = out ? PyBytes_FromStringAndSize(out, data.len)
+                         : (PyBytes_CheckExact(self = PyTuple_GET_ITEM(args, 0)) ? (Py_INCREF(self), self)
+                                                                                   : PyBytes_FromStringAndSize(base, data.len));
+    PyMem_Free(out);
+    PyBuffer_Release(&data);
+    if (!text) return NULL;
+    return Py_BuildValue("(Nl)", text, n);
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "One JSON array of the raw args at (starts, lengths)."},
     {"concat", concat, METH_VARARGS, "The ranges (starts, lengths) of a buffer back to back."},
     {"depth_ok", depth_ok, METH_VARARGS, "Whether JSON text nests at most limit levels."},
+    {"top_key_count", top_key_count, METH_VARARGS, "How many times the top-level object has a member."},
+    {"fix_surrogates", fix_surrogates, METH_VARARGS, "Lone surrogate escapes written as \\ufffd, and how many."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1445,6 +1667,10 @@ PyMODINIT_FUNC PyInit__kineto_scan(void) {
     if (PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    if (PyModule_AddStringConstant(m, "KNOWN_PH", KNOWN_PH) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&ScannerType);
     if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0) {
         Py_DECREF(&ScannerType);

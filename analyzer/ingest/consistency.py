@@ -2,11 +2,13 @@
 
 Checked on each rank's facts (``meta``), whether the ranks were decoded into one
 store (``load``) or mapped by workers (``engine``): files that disagree on world
-size, device kind, backend or parallelism, or a manifest of another job, are
-refused naming both files.
+size, device kind, backend, parallelism or a process group's members, or a manifest
+of another job, are refused naming both files.
 """
 
 from __future__ import annotations
+
+import json
 
 from overlapscope.analyzer.errors import InputError
 from overlapscope.contract.manifest import Manifest
@@ -23,10 +25,40 @@ def _differ(ranks: list, key: str, what: str) -> None:
         raise InputError(other["file"], f"a different run: {what} {other[key]} here, {first[key]} in {first['file']}")
 
 
+def _process_groups(meta: dict) -> dict:
+    """The process groups a file's ``distributedInfo.pg_config`` lists: name -> (description,
+    members); nothing for a pg_config of another shape (it is not required)."""
+    try:
+        groups = json.loads(meta.get("pg_config") or "[]")
+    except ValueError:
+        return {}
+    if not isinstance(groups, list):
+        return {}
+    out = {}
+    for g in groups:
+        if isinstance(g, dict) and isinstance(g.get("pg_name"), str) and isinstance(g.get("ranks"), list):
+            out[g["pg_name"]] = (g.get("pg_desc"), sorted(r for r in g["ranks"] if isinstance(r, int)))
+    return out
+
+
+def _groups_differ(ranks: list) -> None:
+    """A process group is the job's: each rank lists the groups it is in (pg_config), and a
+    group named alike in two files must have the same members there."""
+    seen: dict[str, tuple] = {}
+    for r in ranks:
+        for name, group in _process_groups(r.meta).items():
+            first = seen.setdefault(name, (group, r.meta["file"]))
+            if first[0] != group:
+                (desc, members), ((first_desc, first_members), first_file) = group, first
+                raise InputError(r.meta["file"], f"a different run: process group {name} is {desc} of ranks "
+                                                 f"{members} here, {first_desc} of ranks {first_members} in "
+                                                 f"{first_file}")
+
+
 def check_ranks(ranks: list, manifest: Manifest | None = None, manifest_source: str | None = None) -> None:
     """The files make one run: one file per rank, the same world size, backend,
-    device kind and parallelism, and ranks inside the world size; a manifest that
-    came with them describes the same job."""
+    device kind, parallelism and process groups, and ranks inside the world size; a
+    manifest that came with them describes the same job."""
     seen: dict[int, str] = {}
     for r in ranks:
         rank, file = r.meta["rank"], r.meta["file"]
@@ -37,6 +69,7 @@ def check_ranks(ranks: list, manifest: Manifest | None = None, manifest_source: 
     _differ(ranks, "device_kind", "device kind (cpu or gpu)")
     _differ(ranks, "backend", "backend")
     _differ(ranks, "parallelism_seen", "parallelism")
+    _groups_differ(ranks)
     for r in ranks:
         ws = r.meta["world_size"]
         if ws and not 0 <= r.meta["rank"] < ws:

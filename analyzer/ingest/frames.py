@@ -32,7 +32,7 @@ from overlapscope.analyzer.ingest import classify, columns as col, stream
 from overlapscope.analyzer.ingest.kineto import (
     ARGS_KEYS, FLOW_TYPES, HEADER_DECODER, TAKEN_ARGS_DECODER, TRACE_DECODER, FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
 )
-from overlapscope.analyzer.ingest.limits import Limits
+from overlapscope.analyzer.ingest.limits import ENV_MAX_KEPT_MB, Limits, mb
 
 try:
     from overlapscope.analyzer.ingest import _kineto_scan
@@ -86,7 +86,7 @@ class Frame:
     gpu_trace: bool
     flows: dict = field(default_factory=dict)  # _flow_columns: flow_id, cat, ph, ts_ns, track_id
     meta_events: list = field(default_factory=list)
-    counts: dict = field(default_factory=dict)  # events, slices, flows, ignored, dropped {reason: n}
+    counts: dict = field(default_factory=dict)  # events, slices, flows, ignored, dropped {reason: n}, text_replaced
 
 
 # Args values read into columns while scanning, so that most events' args need no decoding:
@@ -232,7 +232,7 @@ def _check_times(ph: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.nd
     complete = ph == ord("X")
     missing_dur = complete & np.isnan(dur) & ~bad_ts
     negative = complete & (dur < 0) & ~bad_ts
-    huge = complete & (~np.isfinite(dur) | (dur > MAX_DUR_US)) & ~np.isnan(dur) & ~bad_ts
+    huge = complete & (~np.isfinite(dur) | (dur > MAX_DUR_US)) & ~np.isnan(dur) & ~bad_ts & ~negative
     for reason, mask in (("missing or invalid ts", bad_ts), ("missing dur", missing_dur),
                          ("negative dur", negative), ("dur over 1e12 us", huge)):
         n = int(np.count_nonzero(mask))
@@ -288,12 +288,33 @@ def _scanner_keep(detail: str) -> Callable[[int, bytes | None, bytes | None], in
     return keep
 
 
+_KEPT_FAILURE = re.compile(r"keeps more than the limit: (\d+) events so far")
+ROW_BYTES = 53  # a kept row's column bytes in the scanner, without the taken values (_kineto_scan.c)
+
+
+def _too_much_kept(events: int, limits: Limits) -> str:
+    return (f"the events it keeps take more than {mb(limits.max_kept_bytes)} ({events:,} events so far), the limit "
+            f"for one trace (${ENV_MAX_KEPT_MB} raises it)")
+
+
+def _check_kept(rows: int, args_bytes: int, detail: str, where: str, limits: Limits) -> None:
+    """The scanner's cap on kept memory, for the msgspec decoder: the same rows at the same
+    size, and the kept args (whole: the msgspec decoder does not trim them)."""
+    keys = take_keys(detail)
+    if rows * (ROW_BYTES + (8 * len(keys) + 4 if keys else 0)) + args_bytes > limits.max_kept_bytes:
+        raise InputError(where, _too_much_kept(rows, limits))
+
+
 def _check_phases(by_ph: np.ndarray, where: str) -> None:
-    unknown = [chr(i) if 32 < i < 127 else f"\\x{i:02x}" for i in np.flatnonzero(by_ph).tolist()
+    """Refuse events without a phase or of an unknown one (counted by the scanner: 0 no ph,
+    1 a ph of several characters)."""
+    found = np.flatnonzero(by_ph).tolist()
+    if 0 in found:
+        raise InputError(where, "not a Kineto trace: an event without ph")
+    unknown = ["of several characters" if i == 1 else chr(i) if 32 < i < 127 else f"\\x{i:02x}" for i in found
                if chr(i) not in KNOWN_PH]
     if unknown:
-        what = "an event without ph" if unknown == ["\\x00"] else f"events of unknown phase {', '.join(unknown)}"
-        raise InputError(where, f"not a Kineto trace: {what}")
+        raise InputError(where, f"not a Kineto trace: events of unknown phase {', '.join(unknown)}")
 
 
 def from_scan(path: str, member: str | None, where: str, detail: str, limits: Limits) -> Frame:
@@ -301,13 +322,16 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     scanner = _kineto_scan.Scanner(_scanner_keep(detail), max_value_bytes=limits.max_value_bytes,
                                    max_depth=limits.max_depth, max_tokens=limits.max_tokens,
                                    args_keys=ARGS_KEYS[detail],
-                                   take_keys=[(key.encode(), kind) for _, key, kind in take_keys(detail)])
+                                   take_keys=[(key.encode(), kind) for _, key, kind in take_keys(detail)],
+                                   max_kept_bytes=limits.max_kept_bytes)
+    fixed: dict = {}
     try:
-        for piece in stream.chunks(path, member, where, limits):
+        for piece in stream.chunks(path, member, where, limits, fixed):
             scanner.feed(piece)
         scanned = scanner.finish()
     except ValueError as err:
-        raise InputError(where, str(err)) from None
+        kept = _KEPT_FAILURE.match(str(err))
+        raise InputError(where, _too_much_kept(int(kept.group(1)), limits) if kept else str(err)) from None
     del scanner
     tokens = scanned["tokens"]
     by_ph = np.frombuffer(scanned["by_ph"], dtype=np.int64)
@@ -322,7 +346,8 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     n_slices = int(sum(by_ph[ord(c)] for c in _SLICE_PH))
     n_flows = int(sum(by_ph[ord(c)] for c in _FLOW_PH_CHARS))
     counts = {"events": scanned["n"], "slices": n_slices, "flows": n_flows,
-              "ignored": int(scanned["n"] - n_slices - n_flows - by_ph[ord("M")])}
+              "ignored": int(scanned["n"] - n_slices - n_flows - by_ph[ord("M")]),
+              "text_replaced": fixed.get("text_replaced", 0)}
 
     timed = np.isin(ph, np.frombuffer((_SLICE_PH + _FLOW_PH_CHARS).encode(), dtype=np.uint8))
     usable = np.ones(len(ph), dtype=bool)
@@ -431,6 +456,43 @@ def _dropped_text(dropped: dict) -> str:
 
 # --- msgspec ---------------------------------------------------------------------------------
 
+# msgspec's complaints about an event's field, in the words the scanner uses for them
+# (_kineto_scan.c, field_problem): the one vocabulary of both decoders.
+_FIELD_PROBLEMS = {
+    "cat": "an event's cat or name is not a string", "name": "an event's cat or name is not a string",
+    "pid": "an event's pid, tid or id is not an integer or a string",
+    "tid": "an event's pid, tid or id is not an integer or a string",
+    "id": "an event's pid, tid or id is not an integer or a string",
+    "ts": "a timestamp or duration that is not a number", "dur": "a timestamp or duration that is not a number",
+}
+_EVENT_FIELD = re.compile(r"- at `\$\.traceEvents\[\d+\]\.(\w+)`$")
+_INVALID_PH = re.compile(r"^Invalid value '(.*)' - at `\$\.traceEvents\[\d+\]\.ph`$")
+
+
+def _validation_problem(msg: str) -> str:
+    """The one-line problem of msgspec's ValidationError ``msg`` on a whole trace."""
+    if "missing required field `traceEvents`" in msg:
+        return "not a Kineto trace: no traceEvents list"
+    if msg.endswith("`$`"):
+        return "not a Kineto trace: the top level is not an object with traceEvents"
+    if "missing required field `ph`" in msg:
+        return "not a Kineto trace: an event without ph"
+    invalid_ph = _INVALID_PH.match(msg)
+    if invalid_ph:  # the first ph is the event's type: a known second one differs from it
+        value = invalid_ph.group(1)
+        if len(value) == 1 and value in KNOWN_PH:
+            return "not a Kineto trace: an event's ph given twice, differently"
+        return f"not a Kineto trace: events of unknown phase {value}"
+    field_name = _EVENT_FIELD.search(msg)
+    if field_name and field_name.group(1) == "ph":
+        return "not a Kineto trace: an event's ph is not a string"
+    if field_name and field_name.group(1) in ("ts", "dur") and msg.startswith("Number out of range"):
+        return "not a Kineto trace: a timestamp or duration out of range"
+    if field_name and field_name.group(1) in _FIELD_PROBLEMS:
+        return f"not a Kineto trace: {_FIELD_PROBLEMS[field_name.group(1)]}"
+    return f"not a Kineto trace: {msg}"
+
+
 def parse(data: bytes, where: str, limits: Limits):
     """msgspec-decode the whole trace; every failure becomes one line naming the file."""
     if not data.strip():
@@ -442,24 +504,28 @@ def parse(data: bytes, where: str, limits: Limits):
     except RecursionError:
         raise InputError(where, "JSON nested deeper than the limit") from None
     except msgspec.ValidationError as err:
-        msg = str(err)
-        if "missing required field `traceEvents`" in msg:
-            raise InputError(where, "not a Kineto trace: no traceEvents list") from None
-        if msg.endswith("`$`"):
-            raise InputError(where, "not a Kineto trace: the top level is not an object with traceEvents") from None
-        if msg.endswith(".ph`") or "missing required field `ph`" in msg:
-            raise InputError(where, "not a Kineto trace: events of unknown phase (or without ph)") from None
-        raise InputError(where, f"not a Kineto trace: {msg}") from None
+        raise InputError(where, _validation_problem(str(err))) from None
     except msgspec.DecodeError as err:
         raise InputError(where, f"invalid JSON: {err}") from None
+    # msgspec keeps the last of a repeated member; the scanner refuses a second traceEvents
+    if _kineto_scan is not None and data.count(b'"traceEvents"') > 1 and \
+            _kineto_scan.top_key_count(data, b"traceEvents") > 1:
+        raise InputError(where, "not a Kineto trace: traceEvents given twice")
     return trace
+
+
+def _check_args(events: list, where: str) -> None:
+    """The args of slices and metadata events: an object, or null (the scanner's check)."""
+    heads = {bytes(memoryview(e.args)[:1]) for e in events}
+    if not heads <= {b"{", b"n"}:
+        raise InputError(where, "not a Kineto trace: an event's args is not an object")
 
 
 def _none_as_nan(values) -> np.ndarray:
     return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
 
 
-def from_msgspec(data: bytes, where: str, detail: str, limits: Limits) -> Frame:
+def from_msgspec(data: bytes, where: str, detail: str, limits: Limits, text_replaced: int = 0) -> Frame:
     trace = parse(data, where, limits)
     evs = trace.traceEvents
     trace.traceEvents = []
@@ -469,7 +535,7 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits) -> Frame:
     flow_evs = [evs[i] for i in np.flatnonzero(kind == 2).tolist()]
     meta_evs = [evs[i] for i in np.flatnonzero(kind == 3).tolist()]
     counts = {"events": len(evs), "slices": len(slices), "flows": len(flow_evs),
-              "ignored": int(np.count_nonzero(kind == 0))}
+              "ignored": int(np.count_nonzero(kind == 0)), "text_replaced": text_replaced}
     if not slices:
         raise InputError(where, "not a Kineto trace: no complete (ph X) events")
     # the same selection as the scanner's, per distinct (ph, cat, name)
@@ -484,15 +550,15 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits) -> Frame:
             mode = modes[key] = keep_mode(detail, *key)
         return mode in (1, 2) or (mode in (3, 4) and not gpu_trace)
 
+    _check_args(slices + meta_evs, where)
     slices = [e for ph, e in zip(slice_ph, slices) if kept(ph, e)]
-    for e in slices:  # args: an object, or null (none), as the scanner reads them
-        head = bytes(memoryview(e.args)[:1])
-        if head == b"n":
+    for e in slices:  # null args are none, as the scanner reads them
+        if bytes(memoryview(e.args)[:1]) == b"n":
             e.args = msgspec.Raw(_EMPTY_ARGS)
-        elif head != b"{":
-            raise InputError(where, "not a Kineto trace: an event's args is not an object")
     slice_ph = np.frombuffer("".join(e.__struct_config__.tag for e in slices).encode(), dtype=np.uint8)
     flow_evs = [e for e in flow_evs if keep_mode(detail, _FLOW_PH[type(e)], "", "")]
+    _check_kept(len(slices) + len(flow_evs) + len(meta_evs), sum(map(len, (e.args for e in slices))), detail, where,
+                limits)
     ts = _none_as_nan(map(attrgetter("ts"), slices))
     dur = _none_as_nan(map(attrgetter("dur"), slices))
     ok, dropped = _check_times(slice_ph, ts, dur)
@@ -536,7 +602,8 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits) -> Frame:
         **dict(zip(("took", "took_odd"), taken_of([e.args for e in slices], take_keys(detail)))),
         gpu_trace=gpu_trace, flows=flows,
         meta_events=[MetaEvent(e.name or "", 0 if e.pid is None else e.pid, 0 if e.tid is None else e.tid,
-                               bytes(e.args)) for e in meta_evs],
+                               _EMPTY_ARGS if bytes(memoryview(e.args)[:1]) == b"n" else bytes(e.args))
+                     for e in meta_evs],
         counts=counts,
     )
 
@@ -546,4 +613,6 @@ def frame(path: str, member: str | None, where: str, detail: str, limits: Limits
     """The columns of one trace file, read within ``limits``."""
     if use_scanner and _kineto_scan is not None:
         return from_scan(path, member, where, detail, limits)
-    return from_msgspec(stream.read_all(path, member, where, limits), where, detail, limits)
+    fixed: dict = {}
+    data = stream.read_all(path, member, where, limits, fixed)
+    return from_msgspec(data, where, detail, limits, fixed.get("text_replaced", 0))

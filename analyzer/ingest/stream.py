@@ -15,7 +15,8 @@ from typing import Iterator
 
 from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest import files
-from overlapscope.analyzer.ingest.limits import ENV_MAX_TRACE_MB, Limits, mb
+from overlapscope.analyzer.ingest.textfix import TextFix
+from overlapscope.analyzer.ingest.limits import ENV_MAX_RATIO, ENV_MAX_TRACE_MB, MB, RATIO_FLOOR_BYTES, Limits, mb
 
 try:  # igzip is 3-4x faster than zlib on trace files; the standard gzip is the fallback
     from isal import igzip as _gzip
@@ -30,17 +31,18 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 @contextmanager
 def _opened(path: str, member: str | None):
-    """The raw bytes of a file or of a zip member (on disk or behind a URI: files.py)."""
+    """The raw bytes of a file or of a zip member (on disk or behind a URI: files.py), and a
+    member's size in the archive (None for a file)."""
     if member is None:
         with files.open_binary(path) as f:
-            yield f
+            yield f, None
         return
     with files.open_binary(path) as raw, zipfile.ZipFile(raw) as zf:
         info = zf.getinfo(member)
         if info.flag_bits & 0x1:
             raise InputError(f"{path}:{member}", "encrypted zip member: store traces unencrypted")
         with zf.open(info) as f:
-            yield f
+            yield f, info.compress_size
 
 
 def _magic(raw) -> bytes:
@@ -52,16 +54,19 @@ def _magic(raw) -> bytes:
     return head
 
 
-def chunks(path: str, member: str | None, where: str, limits: Limits) -> Iterator[bytes]:
-    """The decompressed bytes of one trace file, chunk by chunk; at most ``limits.max_trace_bytes``."""
+def chunks(path: str, member: str | None, where: str, limits: Limits, fixed: dict | None = None) -> Iterator[bytes]:
+    """The decompressed bytes of one trace file, chunk by chunk; at most ``limits.max_trace_bytes``.
+    Text that is no Unicode is repaired on the way (``textfix``); ``fixed["text_replaced"]``
+    counts the replacements."""
     total = 0
+    text = TextFix()
     try:
-        with _opened(path, member) as raw:
-            magic = _magic(raw)
-            if magic == GZIP_MAGIC:
-                stream = _gzip.GzipFile(fileobj=raw, mode="rb")
-            else:
-                stream = raw
+        with _opened(path, member) as (raw, packed):
+            gzipped = _magic(raw) == GZIP_MAGIC
+            stream = _gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+            if packed is None and gzipped:  # what the ratio cap compares with; plain JSON inflates nothing
+                packed = files.size(path)
+            ratio_cap = None if packed is None else max(RATIO_FLOOR_BYTES, limits.max_ratio * packed)
             while True:
                 piece = stream.read(CHUNK_BYTES)
                 if not piece:
@@ -70,7 +75,16 @@ def chunks(path: str, member: str | None, where: str, limits: Limits) -> Iterato
                 if total > limits.max_trace_bytes:
                     raise InputError(where, f"decompresses to more than {mb(limits.max_trace_bytes)}, the limit "
                                             f"for one trace (${ENV_MAX_TRACE_MB} raises it)")
-                yield piece
+                if ratio_cap is not None and total > ratio_cap:
+                    raise InputError(where, f"decompresses to more than {limits.max_ratio}x its "
+                                            f"{packed / MB:,.1f} MiB: a compression bomb, not a trace (traces "
+                                            f"inflate 15-25x; ${ENV_MAX_RATIO} raises the limit)")
+                yield text.feed(piece)
+            tail = text.finish()
+            if tail:
+                yield tail
+            if fixed is not None:
+                fixed["text_replaced"] = text.replaced
     except InputError:
         raise
     except (EOFError, zlib.error, _GzipError) as err:
@@ -85,6 +99,6 @@ def chunks(path: str, member: str | None, where: str, limits: Limits) -> Iterato
         raise InputError(where, f"cannot read: {err.strerror or err}") from None
 
 
-def read_all(path: str, member: str | None, where: str, limits: Limits) -> bytes:
+def read_all(path: str, member: str | None, where: str, limits: Limits, fixed: dict | None = None) -> bytes:
     """The whole decompressed file (the msgspec decoder's input), within the cap."""
-    return b"".join(chunks(path, member, where, limits))
+    return b"".join(chunks(path, member, where, limits, fixed))

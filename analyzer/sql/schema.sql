@@ -57,6 +57,8 @@ CREATE TABLE IF NOT EXISTS ranks (
     dropped_events      JSON,              -- {reason: count}: events left out for a missing, negative or
                                            -- out-of-range ts or dur (ingest/frames.py)
     name_rank           INTEGER,           -- the rank the file name says, when it differs from distributedInfo's
+    text_replaced       BIGINT,            -- invalid UTF-8 sequences and lone surrogate escapes in the file,
+                                           -- read as U+FFFD (ingest/textfix.py)
     PRIMARY KEY (run_id, rank)
 );
 

@@ -75,7 +75,8 @@ def _rank_row(r: RankData) -> dict:
             "device_names": m["device_names"], "device_memory_bytes": m["device_memory_bytes"],
             "hostname": m["hostname"], "base_time_ns": m["base_time_ns"], "clock_offset_ns": 0,
             "pg_config": m["pg_config"], "events": r.counts.get("events"),
-            "dropped_events": json.dumps(r.counts.get("dropped") or {}), "name_rank": m.get("name_rank")}
+            "dropped_events": json.dumps(r.counts.get("dropped") or {}), "name_rank": m.get("name_rank"),
+            "text_replaced": r.counts.get("text_replaced", 0)}
 
 
 def next_run_id(con) -> int:

@@ -10,7 +10,8 @@ Version 4 keeps each run's raw per-rank tables as Parquet files in the run store
 beside the catalog (``runstore.py``), with its ranks' results and its analyses;
 the catalog's own event tables go (``runs.data_dir`` names the run's folder).
 Version 5 records the Idempotency-Key of a pushed run (``runs.idempotency_key``),
-so that a push repeated after a lost answer gets its run instead of a copy.
+so that a push repeated after a lost answer gets its run instead of a copy, and
+counts the text of each rank's file read as U+FFFD (``ranks.text_replaced``).
 A catalog of a newer version than this code knows is refused in one line.
 Every statement is a named query of ``sql/queries/migrate.sql``.
 """
@@ -81,6 +82,8 @@ def upgrade(con, found: int | None) -> None:
             _from_1(con)
         if found in (1, 2):
             _from_2(con)
+        if found in (1, 2, 3, 4) and "text_replaced" not in _columns(con, "ranks"):
+            _run(con, "add_ranks_text_replaced")  # before the run store's analyses read the ranks
         if found in (1, 2, 3):
             _to_run_store(con)
         if "idempotency_key" not in _columns(con, "runs"):  # versions 1 to 4

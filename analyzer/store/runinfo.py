@@ -63,6 +63,7 @@ class RunInfo:
             "has_manifest": self.has_manifest,
             "missing_ranks": self.missing_ranks(),
             "dropped_events": self.dropped_events(),
+            "text_replaced": sum(r.get("text_replaced") or 0 for r in self.ranks),
             "warnings": self.warnings(),
             "pruned_at": self.pruned_at,
         }
@@ -92,6 +93,9 @@ class RunInfo:
             dropped = json.loads(r["dropped_events"] or "{}")
             if dropped:
                 out.append(f"{r['file']}: left out " + ", ".join(f"{n:,} events with {why}" for why, n in dropped.items()))
+            if r.get("text_replaced"):
+                out.append(f"{r['file']}: {r['text_replaced']:,} invalid UTF-8 sequences or lone surrogate escapes "
+                           "read as U+FFFD")
             if r["name_rank"] is not None:
                 out.append(f"{r['file']}: the file name says rank {r['name_rank']}, distributedInfo says {r['rank']}")
         return out

@@ -220,6 +220,7 @@ class Staging:
         # made and locked under a name sweep does not take, then renamed: a sweep between
         # the mkdir and the flock would see an unlocked staging folder and remove it
         creating = store / f".{STAGING_PREFIX}{self.token}"
+        self._made_store = not store.is_dir()  # a refused first run leaves no empty store behind
         creating.mkdir(parents=True)
         self._lock = open(creating / _LOCK, "w")
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -245,6 +246,11 @@ class Staging:
     def discard(self) -> None:
         self._unlock()
         shutil.rmtree(self.path, ignore_errors=True)
+        if self._made_store:
+            try:
+                self.store.rmdir()  # only while empty: another writer's files keep it
+            except OSError:
+                pass
 
     def _unlock(self) -> None:
         if self._lock is not None:

@@ -38,6 +38,20 @@ def _figures(head: dict) -> None:
                + " The same headline as `overlapscope analyze`, History and the API.")
 
 
+SHOWN_WARNINGS = 12
+
+
+def _input_warnings(lines: list[str]) -> None:
+    """What the traces lacked (missing ranks, events left out, text read as U+FFFD), as
+    ``overlapscope analyze`` says it: one box, a line each (file names escaped)."""
+    if not lines:
+        return
+    shown = [f"- {md(line)}" for line in lines[:SHOWN_WARNINGS]]
+    if len(lines) > SHOWN_WARNINGS:
+        shown.append(f"- and {len(lines) - SHOWN_WARNINGS:,} more (`overlapscope analyze --run` lists them all)")
+    st.warning("\n".join(shown))
+
+
 def render() -> None:
     ctx = context.current()
     run = context.require_run(ctx)
@@ -47,6 +61,7 @@ def render() -> None:
     st.caption(f"{info['world_size']} ranks in the job, {len(info['ranks_loaded'])} loaded · backend "
                f"{md(info['backend'] or '?')} · devices {md(', '.join(info['devices']) or '?')} · "
                f"parallelism {md(info['parallelism'] or 'not recorded')}")
+    _input_warnings(info.get("warnings") or [])
     if info.get("pruned_at"):
         st.caption(f"Pruned on {str(info['pruned_at'])[:10]}: the figures below were stored at ingest; the "
                    "raw events are gone.")

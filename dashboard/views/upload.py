@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 import streamlit as st
@@ -76,17 +77,26 @@ def _form(settings):
 
 
 def _store(settings, files, name: str, tags: dict, who: str | None) -> uploads.Outcome:
-    with st.status(f"Storing {len(files)} file(s) as run {name!r}...", expanded=True) as status:
+    with st.status(f"Storing {len(files)} file(s) as run {md(name)}...", expanded=True) as status:
         bar = st.progress(0.0, text="Saving the uploads...")
 
         def progress(fraction: float, elapsed_s: float) -> None:
             text = "Parsing and storing" if fraction < 1 else "Stored"
             bar.progress(fraction, text=f"{text} · {elapsed_s:.1f} s")
 
-        with tempfile.TemporaryDirectory(prefix="overlapscope-upload-") as tmp:
-            ingest = functools.partial(data.ingest, settings.db, pushed_by=who,
-                                       limits=limits.for_uploads(settings.max_upload_bytes))
-            outcome = uploads.store(ingest, files, Path(tmp), name, tags, progress, session_id=_session_id())
+        caps = limits.for_uploads(settings.max_upload_bytes)  # for every read of the uploads
+        try:
+            with tempfile.TemporaryDirectory(prefix="overlapscope-upload-") as tmp:
+                ingest = functools.partial(data.ingest, settings.db, pushed_by=who, limits=caps)
+                outcome = uploads.store(ingest, files, Path(tmp), name, tags, progress, session_id=_session_id(),
+                                        limits=caps)
+        except UsageError as err:  # the catalog busy or unwritable: one line that says so
+            outcome = uploads.Outcome(errors=[str(err)])
+        except Exception as err:  # a bug, not the input: one line here, the traceback in the server's log
+            print(f"overlapscope: an upload of {name!r} failed:\n{traceback.format_exc()}", file=sys.stderr,
+                  flush=True)
+            outcome = uploads.Outcome(errors=[f"internal error ({type(err).__name__}) while storing the run: "
+                                              "nothing was stored; the server's log has the details"])
         if outcome.errors:
             status.update(label="Nothing was stored: fix the files below and upload again.", state="error")
         else:

@@ -29,6 +29,11 @@ ALTER TABLE ranks ADD COLUMN dropped_events JSON;
 -- name: add_ranks_name_rank
 ALTER TABLE ranks ADD COLUMN name_rank INTEGER;
 
+-- Version 4 -> 5: text read as U+FFFD, counted.
+
+-- name: add_ranks_text_replaced
+ALTER TABLE ranks ADD COLUMN text_replaced BIGINT;
+
 -- name: add_collectives_kind
 ALTER TABLE collectives ADD COLUMN kind VARCHAR;
 

@@ -9,5 +9,5 @@ FROM runs WHERE run_id = $run_id;
 -- name: ranks
 -- Its loaded ranks, in order.
 SELECT rank, file, device_names, hostname, device_memory_bytes, world_size, backend, dropped_events,
-       name_rank
+       name_rank, text_replaced
 FROM ranks WHERE run_id = $run_id ORDER BY rank;
