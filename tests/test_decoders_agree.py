@@ -68,3 +68,36 @@ def test_the_scanner_reads_the_same_in_any_chunks(tmp_path, monkeypatch, chunk):
     whole = decode_source(TraceSource(path), "full")
     monkeypatch.setattr(stream, "CHUNK_BYTES", chunk)
     _same(decode_source(TraceSource(path), "full"), whole)
+
+
+# Spellings of ts and dur as they stand in the JSON text: the scanner reads the common ones in
+# one pass (digits, a point, digits), the rest the long way; msgspec reads them all.
+NUMBER_SPELLINGS = ["0", "-0", "7", "0.5", "10.25", "-3.5", "12345678901234567", "123456789012345678",
+                    "9007199254740993", "1.0000000000000000000000001", "1e3", "2.5E-1", "0123", "1.", ".5", "-",
+                    "01.5", "1.2.3", "+1", "0x10", "1e", "00"]
+
+
+@pytest.mark.parametrize("spelling", NUMBER_SPELLINGS)
+def test_numbers_read_alike(tmp_path, spelling):
+    """Each spelling of a kernel's ts and dur: the same value from both decoders, or refused by both."""
+    from overlapscope.analyzer.errors import InputError
+
+    t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1)
+    text = __import__("json").dumps(t.to_json())
+    kernel = text.index('"cat": "kernel"')
+    at = text.index('"ts": ', kernel)
+    end = text.index('"dur": 50', at) + len('"dur": 50')
+    marked = text[:at] + f'"ts": {spelling}, "dur": {spelling}' + text[end:]
+    assert marked != text
+    path = tmp_path / "rank-0.json"
+    path.write_text(marked)
+    outcomes = []
+    for use_scanner in (True, False):
+        try:
+            outcomes.append(decode_source(TraceSource(str(path)), "full", use_scanner=use_scanner))
+        except InputError as err:
+            outcomes.append(err.problem)
+    if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
+        assert isinstance(outcomes[0], str) and isinstance(outcomes[1], str), outcomes
+    else:
+        _same(*outcomes)
