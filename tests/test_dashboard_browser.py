@@ -105,7 +105,7 @@ _QUIET = """(quiet) => {
 }"""
 
 
-def open_page(page, title: str, quiet_ms: int = 1000) -> float:
+def open_page(page, title: str, quiet_ms: int = 500) -> float:
     """Click a page in the menu and wait until its heading shows and it is done drawing
     (``_QUIET``); returns the seconds until it was done, the quiet time not counted."""
     import time
@@ -119,7 +119,7 @@ def open_page(page, title: str, quiet_ms: int = 1000) -> float:
     return time.monotonic() - started - quiet_ms / 1000
 
 
-def expand_all(page, quiet_ms: int = 1000) -> int:
+def expand_all(page, quiet_ms: int = 500) -> int:
     """Open every closed expander of the page (the tables inside draw only when open), then wait
     until it is done drawing; how many were opened."""
     closed = page.locator("[data-testid='stMain'] [data-testid='stExpander'] details:not([open]) > summary")

@@ -100,7 +100,9 @@ def test_kill_at_twenty_points_of_an_ingest(tmp_path, eight_ranks):
         workers = _children(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 1.0
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.02)
         left = [w for w in workers if _alive(w)]
         assert left == [], f"kill {i}: workers {left} outlived the ingest by a second"
         stored += _check_whole_or_nothing(db, name)
