@@ -13,11 +13,18 @@ from overlapscope.analyzer.errors import InputError, UsageError
 from overlapscope.cli.tables import clean
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    from overlapscope.cli import (analyze as cli_analyze, buckets as cli_buckets, catalog as cli_catalog,
-                                  check as cli_check, dashboard as cli_dashboard, diagnose as cli_diagnose, export as cli_export,
-                                  model as cli_model, push as cli_push, reduce as cli_reduce,
-                                  retention as cli_retention, whatif as cli_whatif)
+# Each subcommand and the module that adds its parser, in the order --help lists them.
+COMMANDS = {
+    "analyze": "analyze", "buckets": "buckets", "diagnose": "diagnose", "whatif": "whatif", "model": "model",
+    "ingest": "catalog", "history": "catalog", "check": "check", "prune": "retention", "delete": "retention",
+    "push": "push", "reduce-rank": "reduce", "export": "export", "dashboard": "dashboard",
+}
+
+
+def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser: every subcommand, or only ``command``'s when it names one (the
+    other subcommands' modules are not imported: a command starts sooner)."""
+    import importlib
 
     parser = argparse.ArgumentParser(
         prog="overlapscope",
@@ -26,15 +33,20 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (cli_analyze, cli_buckets, cli_diagnose, cli_whatif, cli_model, cli_catalog, cli_check,
-                   cli_retention, cli_push, cli_reduce, cli_export, cli_dashboard):
-        module.add_parser(sub)
+    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(f"overlapscope.cli.{name}").add_parser(sub)
     return parser
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word that is no option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = _build_parser()
+    parser = _build_parser(_command(argv))
     args = parser.parse_args(argv)
     from overlapscope.cli import tables
 

@@ -112,3 +112,15 @@ def test_no_seed_in_what_a_user_reads():
     found = {where: line.strip() for where, text in texts.items() for line in text.splitlines()
              if re.search(r"seed", line.replace("--seed", ""), re.IGNORECASE)}
     assert found == {}, found
+
+
+def test_each_command_parses_alone_as_in_the_whole_parser():
+    """``overlapscope CMD`` builds only CMD's parser (cli.COMMANDS): every subcommand is in that
+    map, and alone it has the same options as in the parser of every command."""
+    from overlapscope.cli import COMMANDS
+
+    whole = dict(_commands(_build_parser()))  # "model memory" etc.: the model's subcommands apart
+    assert {name.split()[0] for name in whole} == set(COMMANDS)
+    for name, parser in whole.items():
+        (alone,) = [p for n, p in _commands(_build_parser(name.split()[0])) if n == name]
+        assert sorted(a.dest for a in alone._actions) == sorted(a.dest for a in parser._actions), name
