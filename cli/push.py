@@ -26,6 +26,7 @@ from pathlib import Path
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.cli.catalog import parse_tags
 from overlapscope.cli.common import describe, emit
+from overlapscope.contract.names import MANIFEST_FILE
 
 ENV_TOKEN = "OVERLAPSCOPE_TOKEN"
 SINGLE = (".zip", ".json", ".json.gz")
@@ -68,7 +69,7 @@ def bundle(paths: list[str], folder: Path) -> Path:
     from overlapscope.analyzer.ingest.inputs import resolve
 
     for path in paths:
-        if os.path.isfile(path) and not path.lower().endswith(SINGLE) and os.path.basename(path) != "manifest.json":
+        if os.path.isfile(path) and not path.lower().endswith(SINGLE) and os.path.basename(path) != MANIFEST_FILE:
             raise UsageError(f"{path}: not a trace (.json, .json.gz) or a .zip of traces")
     inputs = resolve(paths)  # missing paths and folders without traces fail here, in one line
     if any(s.member for s in inputs.sources):

@@ -50,6 +50,7 @@ from overlapscope.analyzer.errors import CatalogBusy, InputError, RunNotFound, U
 from overlapscope.analyzer.store import access, catalog
 from overlapscope.dashboard import auth, uploads
 from overlapscope.dashboard.settings import Settings
+from overlapscope.contract.names import MANIFEST_FILE
 
 PREFIX = "/api/v1"
 ZIP_MAGIC, GZIP_MAGIC = b"PK\x03\x04", b"\x1f\x8b"
@@ -145,7 +146,7 @@ def upload_name(given: str | None, head: bytes) -> str:
     """The spooled file's name: the client's (made safe) when it has a trace or zip suffix,
     else one that the content's first bytes call for."""
     name = uploads.safe_name(given) if given else ""
-    if name.lower().endswith(uploads.ACCEPTED) and name != "manifest.json":
+    if name.lower().endswith(uploads.ACCEPTED) and name != MANIFEST_FILE:
         return name
     stem = Path(name).stem if name else "upload"
     if head.startswith(ZIP_MAGIC):

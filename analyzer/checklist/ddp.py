@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step
-from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
+from overlapscope.analyzer.checklist.findings import Result, fail_or_warn, grade, na, rule, t
 from overlapscope.analyzer.checklist.setup import join, only_for, pick
 from overlapscope.analyzer.measure.collectives import Collective
 
@@ -109,7 +109,7 @@ def ddp_bucket_size(ctx: CheckContext) -> Result:
         return Result("fail", evidence + ": buckets too small, latency-bound", fix=fix_small)
     if count <= t("bucket_few") and hidden < 0.5:
         share = sum(r.exposed_ms for r in rows) / len(split.rounds) / ctx.mean_step_ms()
-        status = "fail" if share >= t("exposed_fail") else "warn"
+        status = fail_or_warn(share, "exposed_fail")
         return Result(status, evidence + ": too few buckets to overlap the backward pass", fix=fix_large)
     if count >= t("latency_count") and median_bytes is None and not w:
         # many buckets, and neither sizes nor bus bandwidths to tell whether they are latency-bound

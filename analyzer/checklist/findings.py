@@ -110,6 +110,12 @@ def grade(value: float, fail: str, warn: str, lower_is_worse: bool = False) -> s
     return "fail" if value >= t(fail) else "warn" if value >= t(warn) else "pass"
 
 
+def fail_or_warn(value: float, fail: str) -> str:
+    """fail at or above the threshold named ``fail``, else warn: the ladder of a finding
+    already known to be a problem (its share of the step says how bad)."""
+    return "fail" if value >= t(fail) else "warn"
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str

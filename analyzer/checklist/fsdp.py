@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step
-from overlapscope.analyzer.checklist.findings import Result, na, rule, t
+from overlapscope.analyzer.checklist.findings import Result, fail_or_warn, na, rule, t
 from overlapscope.analyzer.checklist.setup import only_for, pick
 from overlapscope.analyzer.measure.collectives import Collective
 
@@ -94,7 +94,7 @@ def unit_size(ctx: CheckContext) -> Result:
                 f"bus bandwidth; largest unit {biggest or '<root>'} holds {100 * share:.0f}% of the bytes")
     if slow_per_step >= t("latency_count"):
         exposed = sum(r.exposed_ms for r in slow) / steps
-        status = "fail" if exposed / ctx.mean_step_ms() >= t("exposed_fail") else "warn"
+        status = fail_or_warn(exposed / ctx.mean_step_ms(), "exposed_fail")
         return Result(status, evidence + ": many latency-bound collectives", impact_ms=exposed, fix=fix)
     if len(sizes) > 2 and share >= t("large_share"):
         return Result("warn", evidence + ": one unit dominates", fix=fix)
@@ -144,7 +144,7 @@ def reshard_after_forward(ctx: CheckContext) -> Result:
                     f"per step, {fmt_ms(back_exposed)} exposed")
         if peak + full <= t("memory_headroom") * device and back_exposed > 0:
             share = back_exposed / ctx.mean_step_ms()
-            status = "fail" if share >= t("exposed_fail") else "warn"
+            status = fail_or_warn(share, "exposed_fail")
             return Result(status, evidence + ": the headroom allows it", impact_ms=back_exposed, fix=_keep_gathered(ctx))
         return Result("pass", evidence, fix=_keep_gathered(ctx))
     evidence = f"no backward all-gathers (reshard_after_forward=False); peak {fmt_bytes(peak)} of {fmt_bytes(device)}"
@@ -194,7 +194,7 @@ def _sharded_exposed(ctx: CheckContext) -> tuple[float, float, str]:
     rows = [r for r in _units(ctx) if r.phase in ("forward_allgather", "backward_allgather", "reduce_scatter")]
     exposed = sum(r.exposed_ms for r in rows) / (len(per_step(rows)) or 1)
     share = exposed / ctx.mean_step_ms()
-    return exposed, share, "fail" if share >= t("exposed_fail") else "warn"
+    return exposed, share, fail_or_warn(share, "exposed_fail")
 
 
 def _already_hsdp(ctx: CheckContext, hosts: dict[int, str]) -> Result:

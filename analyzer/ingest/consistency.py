@@ -12,6 +12,7 @@ import json
 
 from overlapscope.analyzer.errors import InputError
 from overlapscope.contract.manifest import Manifest
+from overlapscope.contract.names import MANIFEST_FILE
 
 
 def _differ(ranks: list, key: str, what: str) -> None:
@@ -77,7 +78,7 @@ def check_ranks(ranks: list, manifest: Manifest | None = None, manifest_source: 
     if manifest is None:
         return
     first = ranks[0].meta
-    where = manifest_source or "manifest.json"
+    where = manifest_source or MANIFEST_FILE
     if manifest.world_size and first["world_size"] and manifest.world_size != first["world_size"]:
         raise InputError(where, f"a different run: the manifest says world size {manifest.world_size}, "
                                 f"{first['file']} says {first['world_size']}")
