@@ -172,8 +172,32 @@ def whatif(paths: list[str], changes=None, sweep: tuple | None = None, workers: 
 
 def whatif_run(con, run_id: int, changes=None, sweep: tuple | None = None) -> dict:
     """``whatif`` for a run already in a store (a catalog's run: from its stored results)."""
+    from overlapscope.analyzer.whatif.changes import Changes
+
+    if sweep is None and (changes is None or changes == Changes()):
+        stored = whatif_stored(con, run_id)
+        if stored is not None:
+            return stored
     a, info = _analysis(con, run_id)
     return whatif_of(a, info, changes, sweep)
+
+
+def whatif_stored(con, run_id: int, sweep_spec: str | None = None) -> dict | None:
+    """``whatif_run`` with no change (and the sweep ``sweep_spec``, ``NAME=V1,V2,...``) of a
+    catalog's run, as ingest stored it; None when it must be computed (another sweep, a run
+    stored before this was kept, or not a catalog's run)."""
+    from overlapscope.analyzer.whatif.changes import sweep_spec as spec_of
+
+    info = run_info(con, run_id)
+    document = _stored(info, "whatif", None)
+    if document is None:
+        return None
+    swept = document.pop("sweep", None)
+    if sweep_spec is not None:
+        if swept is None or spec_of(swept) != sweep_spec.replace(" ", ""):
+            return None
+        document["sweep"] = swept
+    return {"run": info.describe(), **document}
 
 
 def whatif_analysis(con, run_id: int):

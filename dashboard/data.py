@@ -128,6 +128,11 @@ def whatif(db: str, run_id: int, run_stamp: str, flags: tuple[tuple[str, object]
     ``sweep`` (``NAME=V1,V2,...``) on top of them."""
     from overlapscope.analyzer.whatif import changes as whatif_changes
 
+    if not flags:  # the run as measured (and its first sweep): stored at ingest
+        with connect(db) as con:
+            stored = api.whatif_stored(con, run_id, sweep)
+        if stored is not None:
+            return stored
     base = whatif_changes.read(dict(flags))
     a, info = whatif_analysis(db, run_id, run_stamp)
     return api.whatif_of(a, info, base, whatif_changes.sweep(sweep, base) if sweep else None)

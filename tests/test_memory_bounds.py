@@ -13,7 +13,8 @@ import pytest
 
 from conftest import REFERENCE
 
-pytestmark = pytest.mark.slow
+# One worker runs this file: its tests share a 200 MB trace built once, which a second worker would build again.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("memory_bounds")]
 
 MB = 1 << 20
 

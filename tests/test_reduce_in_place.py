@@ -17,7 +17,8 @@ import pytest
 from overlapscope.cli import main
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+# One worker runs this file: its tests read one run reduced in place, which a second worker would build again.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("reduce_in_place")]
 
 
 @pytest.fixture(scope="module")

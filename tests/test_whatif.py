@@ -427,6 +427,31 @@ def test_stored_run_predicts_what_its_files_predict(tmp_path, monkeypatch, capsy
         assert stored[key] == pytest.approx(files[key], abs=1e-3)
 
 
+@pytest.mark.parametrize("sample", ["ddp", "fsdp_per_block"])
+def test_the_stored_replay_is_the_computed_one(tmp_path, sample):
+    """Ingest stores the run replayed as measured with its first sweep (what the Model page
+    shows first); read back, it equals the replay computed from the ranks' stored results,
+    for the command line (no sweep) and for the page (its default sweep); another sweep is
+    computed."""
+    from overlapscope.analyzer import api
+    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer.whatif.changes import default_sweep, sweep as read_sweep
+
+    con = catalog.open_catalog(tmp_path / "catalog.duckdb")
+    try:
+        run_id = catalog.ingest(con, [str(SAMPLES / sample)], "stored", workers=2)
+        a, info = api.whatif_analysis(con, run_id)
+        spec = default_sweep(info.describe().get("parallelism"))
+        assert spec.startswith("bucket-mb=" if sample == "ddp" else "tokens=")
+        computed = json.loads(json.dumps(api.whatif_of(a, info, Changes(), read_sweep(spec, Changes()))))
+        stored = api.whatif_stored(con, run_id, spec)
+        assert stored == computed
+        assert api.whatif_run(con, run_id) == {k: v for k, v in computed.items() if k != "sweep"}
+        assert api.whatif_stored(con, run_id, "gpus=2,4") is None
+    finally:
+        con.close()
+
+
 @pytest.mark.parametrize("name", ["gpu_ddp_a100_rank0_of2", "gpu_ddp_a100_rank3_of8", "gpu_ddp_v100_rank1_of2"])
 def test_no_change_reproduces_the_gpu_reference_traces(reference_dir, name):
     p = _predict([reference_dir / name])

@@ -18,6 +18,28 @@ WRAPS = ("per-block", "root-only")
 REDUCE_DTYPES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]?)\s*(x?)\s*$", re.IGNORECASE)
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+# What a sweep may vary, per parallelism, with the values tried by default (the
+# dashboard's sweep panel); the first is the sweep a run shows first, stored at ingest.
+SWEEPS = {
+    "ddp": {"bucket-mb": "1,5,25,100", "tokens": "0.5x,1x,2x,4x", "bandwidth": "0.5x,1x,2x,4x", "gpus": "2,4,8,16"},
+    "fsdp": {"tokens": "0.5x,1x,2x,4x", "bandwidth": "0.5x,1x,2x,4x", "gpus": "2,4,8,16"},
+}
+
+
+def sweep_family(parallelism: str | None) -> str:
+    """``SWEEPS``' key for a run's parallelism (DDP when unknown: a foreign trace)."""
+    return "ddp" if (parallelism or "ddp") == "ddp" else "fsdp"
+
+
+def default_sweep(parallelism: str | None) -> str:
+    """The first sweep of a run's parallelism, as ``NAME=V1,V2,...``."""
+    name, values = next(iter(SWEEPS[sweep_family(parallelism)].items()))
+    return f"{name}={values}"
+
+
+def sweep_spec(result: dict) -> str:
+    """The ``NAME=V1,V2,...`` of a sweep's JSON (``whatif``'s ``sweep``)."""
+    return f"{result['name']}={','.join(p['value'] for p in result['points'])}"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.whatif.changes import SWEEPS, sweep_family
 from overlapscope.dashboard import charts, context, data, shape, tables
 from overlapscope.dashboard.text import md
 
@@ -90,10 +91,6 @@ def _memory_section(result: dict, facts: dict, run_id: int) -> None:
     st.caption(" ".join(notes))
 
 
-SWEEPS = {  # what the panel can sweep, per parallelism, with default values
-    "ddp": {"bucket-mb": "1,5,25,100", "tokens": "0.5x,1x,2x,4x", "bandwidth": "0.5x,1x,2x,4x", "gpus": "2,4,8,16"},
-    "fsdp": {"tokens": "0.5x,1x,2x,4x", "bandwidth": "0.5x,1x,2x,4x", "gpus": "2,4,8,16"},
-}
 SWITCH = {"as measured": None, "on": "on", "off": "off"}
 
 
@@ -158,7 +155,7 @@ def _whatif_controls(parallelism: str, run_id: int) -> tuple[tuple, str | None]:
         if hsdp:
             flags.append(("hsdp", str(hsdp)))
             flags += [(flag, f"{w:g}G") for flag, w in (("intra-bandwidth", intra), ("inter-bandwidth", inter)) if w]
-    options = SWEEPS["ddp" if parallelism == "ddp" else "fsdp"]
+    options = SWEEPS[sweep_family(parallelism)]
     cols = st.columns([1, 3])
     name = cols[0].selectbox("Sweep", list(options), key=key + "sweep")
     values = cols[1].text_input(f"Values of --{name}", value=options[name], key=key + f"sweep_{name}",
