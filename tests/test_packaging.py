@@ -13,7 +13,9 @@ import pytest
 
 from conftest import ROOT, SAMPLES
 
-pytestmark = pytest.mark.slow
+# One worker runs this file: its tests share one wheel, built in the checkout's build/ folder,
+# where a second worker's build of it would race the first.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 
 @pytest.fixture(scope="module")

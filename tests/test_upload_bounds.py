@@ -71,10 +71,12 @@ def _analyze(page, name: str) -> None:
     field.fill(name)
     field.press("Enter")
     _settle(page)
+    from playwright.sync_api import expect
+
     button = page.get_by_role("button", name="Analyze and store")
-    button.wait_for(state="visible", timeout=WAIT_MS)
-    page.wait_for_function("!document.querySelector(\"[data-testid='stBaseButton-primary']\").disabled",
-                           timeout=WAIT_MS)  # enabled once the files have reached the server
+    # enabled once the files have reached the server; a locator, found again after each
+    # re-render (a query of the first primary button could hold a replaced element)
+    expect(button).to_be_enabled(timeout=WAIT_MS)
     button.click()
     _settle(page)
 
