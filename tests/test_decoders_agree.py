@@ -101,3 +101,17 @@ def test_numbers_read_alike(tmp_path, spelling):
         assert isinstance(outcomes[0], str) and isinstance(outcomes[1], str), outcomes
     else:
         _same(*outcomes)
+
+
+def test_optional_strings_intern_by_text_in_first_seen_order():
+    """The interning behind dictionary columns (collective names, dtypes): codes index the
+    distinct values in first-seen order, None is -1, and a value given as a number and as
+    text is one value (its text)."""
+    from overlapscope.analyzer.ingest.columns import optional_strs
+
+    codes, values = optional_strs(["b", None, "a", "b", None])
+    assert codes.tolist() == [0, -1, 1, 0, -1] and values == ["b", "a"]
+    codes, values = optional_strs([1, "1", None, "x"])
+    assert codes.tolist() == [0, 0, -1, 1] and values == ["1", "x"]
+    codes, values = optional_strs([])
+    assert codes.tolist() == [] and values == []

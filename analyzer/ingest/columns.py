@@ -108,8 +108,13 @@ def _to_int(v) -> int:
 
 
 def optional_strs(values: list) -> tuple[np.ndarray, list]:
-    """Interned codes for optional strings (None → -1)."""
-    table: dict = {}
+    """Interned codes for optional strings (None → -1), distinct values in first-seen order."""
+    distinct = [v for v in dict.fromkeys(values) if v is not None]  # C-speed dedup
+    if all(type(v) is str for v in distinct):
+        index = {v: i for i, v in enumerate(distinct)}
+        index[None] = -1
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values)), distinct
+    table: dict = {}  # other values among them: interned by their text (1 and "1" are one value)
     codes = np.fromiter(
         (-1 if v is None else table.setdefault(str(v), len(table)) for v in values),
         dtype=np.int32, count=len(values),

@@ -496,10 +496,11 @@ def _collectives_table(coll: dict) -> pa.Table:
     # else what the op's Input Dims give (gloo spans, c10d launches).
     size = np.maximum(in_elems, out_elems)
     size = np.where(size == NULL, elems, size)
-    sizes = [itemsize(d) for d in coll["dtype"]]
-    item = np.array([NULL if s is None else s for s in sizes], dtype=np.int64)
-    nbytes = np.where((size != NULL) & (item != NULL), size * np.where(item == NULL, 0, item), NULL)
     dtype_codes, dtype_vals = col.optional_strs(coll["dtype"])
+    # bytes per element once per distinct dtype (the last entry: no dtype, code -1)
+    item_of = np.array([NULL if (s := itemsize(d)) is None else s for d in dtype_vals] + [NULL], dtype=np.int64)
+    item = item_of[dtype_codes]
+    nbytes = np.where((size != NULL) & (item != NULL), size * np.where(item == NULL, 0, item), NULL)
     name_codes, name_vals = col.optional_strs(coll["collective"])
     # canonical kind and family, once per distinct name (-1 codes: no name)
     kinds = [collective_kind(v) for v in name_vals]
