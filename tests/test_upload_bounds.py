@@ -81,6 +81,17 @@ def _analyze(page, name: str) -> None:
     _settle(page)
 
 
+def _refused_and_emptied(page) -> None:
+    """Wait for a refused upload's rerun: the page shows why and a new, empty uploader. Files
+    chosen before that rerun has drawn go to the uploader it replaces, and are lost (a person
+    never picks files within those milliseconds; a test does)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("[data-testid='stAlert']").first).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator("[data-testid='stFileChipName']")).to_have_count(0, timeout=WAIT_MS)
+    _settle(page)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 def test_uploads_are_capped_spooled_and_released(tmp_path):
@@ -117,8 +128,7 @@ def test_uploads_are_capped_spooled_and_released(tmp_path):
                 page.wait_for_timeout(1500)
                 assert [p.stat().st_size for p in _spooled(spool_root)] == [12 * MB]
                 _analyze(page, "junk")
-                expect(page.locator("[data-testid='stAlert']").first).to_be_visible(timeout=WAIT_MS)
-                _settle(page)
+                _refused_and_emptied(page)
                 assert _spooled(spool_root) == [], "the refused upload's files are gone from the server"
                 after_rss = watch.rss()
                 # rounds of uploads leave nothing behind
@@ -126,7 +136,7 @@ def test_uploads_are_capped_spooled_and_released(tmp_path):
                     _upload(page, junk[2:3])
                     expect(page.locator("[data-testid='stFileChipName']")).to_have_count(1, timeout=WAIT_MS)
                     _analyze(page, "junk")
-                    expect(page.locator("[data-testid='stAlert']").first).to_be_visible(timeout=WAIT_MS)
+                    _refused_and_emptied(page)
                 assert _spooled(spool_root) == []
                 rounds_rss = watch.rss()
                 # a 3 GB bomb through the page: refused at the upload cap, in bounded memory
