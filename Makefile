@@ -35,6 +35,10 @@ run: $(VENV)/.base
 # The browser test drives Debian's chromium: installed here when missing and we are
 # root (best effort, quietly); without it that test skips, and says so up front with how
 # to install it. NO_CHROMIUM=1 skips the install.
+# Each test file runs on one worker (--dist loadfile): a file's module fixtures (a captured
+# run, a built wheel, a 200 MB trace) are made once, never twice at once (the wheel's
+# build in build/ raced itself across workers). xdist's loadgroup marks do not reach
+# pytest 9's node ids, so files are the unit.
 test: $(VENV)/.dev
 	@if [ -x /usr/bin/chromium ] || command -v chromium >/dev/null 2>&1; then :; \
 	elif [ -z "$(NO_CHROMIUM)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -47,7 +51,7 @@ test: $(VENV)/.dev
 	    echo "overlapscope: chromium is not installed, so the browser tests will skip (to run them: sudo apt-get install chromium, or any chromium on PATH)"; \
 	fi
 	@echo "overlapscope: running the test suite on 2 processes (about 10 to 13 minutes on 2 cores)"
-	$(PY) -m pytest -n 2 --dist loadgroup -q
+	$(PY) -m pytest -n 2 --dist loadfile -q
 
 # Holistic Trace Analysis in its own venv, to measure beside it (skipped when PyPI is unreachable).
 .bench/hta-venv/bin/python:

@@ -13,8 +13,6 @@ from overlapscope.analyzer.api import analyze
 from conftest import step_parts_ms
 from intervals_ref import gloo_overlap, read
 
-# One worker runs this file: its tests read one captured run, which a second worker would build again.
-pytestmark = pytest.mark.xdist_group("gloo_ddp")
 
 pytest.importorskip("torch")
 HERE = Path(__file__).parent

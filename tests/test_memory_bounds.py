@@ -13,8 +13,7 @@ import pytest
 
 from conftest import REFERENCE
 
-# One worker runs this file: its tests share a 200 MB trace built once, which a second worker would build again.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("memory_bounds")]
+pytestmark = pytest.mark.slow
 
 MB = 1 << 20
 

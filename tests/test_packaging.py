@@ -13,9 +13,7 @@ import pytest
 
 from conftest import ROOT, SAMPLES
 
-# One worker runs this file: its tests share one wheel, built in the checkout's build/ folder,
-# where a second worker's build of it would race the first.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

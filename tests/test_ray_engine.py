@@ -12,8 +12,7 @@ from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest.inputs import resolve
 
 ray = pytest.importorskip("ray")
-# One worker runs this file: its tests share one local Ray, which a second worker would build again.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_engine")]
+pytestmark = pytest.mark.slow
 
 BUNDLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and any(p.glob("rank-*")))
 REFERENCES = sorted(str(p) for p in REFERENCE.glob("gpu_*/*.json.gz")) if REFERENCE.is_dir() else []

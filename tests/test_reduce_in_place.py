@@ -17,8 +17,7 @@ import pytest
 from overlapscope.cli import main
 
 pytest.importorskip("torch")
-# One worker runs this file: its tests read one run reduced in place, which a second worker would build again.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("reduce_in_place")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

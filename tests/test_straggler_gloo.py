@@ -20,8 +20,6 @@ import pytest
 
 from overlapscope.analyzer.api import analyze, diagnose
 
-# One worker runs this file: its tests read one captured 4-rank run, which a second worker would build again.
-pytestmark = pytest.mark.xdist_group("straggler_gloo")
 
 pytest.importorskip("torch")
 SLOW_RANK, SLOW_MS = 2, 60.0

@@ -26,9 +26,7 @@ torch = pytest.importorskip("torch")
 
 from overlapscope.tracer.examples.model import MODEL_SIZES, TinyLM  # noqa: E402
 
-# One worker runs this file: its tests share ten captured runs, and a second worker would
-# only wait on the run the first is capturing.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tracer_runs")]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 240
