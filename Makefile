@@ -50,7 +50,7 @@ test: $(VENV)/.dev
 	elif [ -z "$(NO_CHROMIUM)" ]; then \
 	    echo "overlapscope: chromium is not installed, so the browser tests will skip (to run them: sudo apt-get install chromium, or any chromium on PATH)"; \
 	fi
-	@echo "overlapscope: running the test suite on 2 processes (about 10 to 13 minutes on 2 cores)"
+	@echo "overlapscope: running the test suite on 2 processes (about 9 to 11 minutes on 2 cores)"
 	$(PY) -m pytest -n 2 --dist loadfile -q
 
 # Holistic Trace Analysis in its own venv, to measure beside it (skipped when PyPI is unreachable).
