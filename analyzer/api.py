@@ -172,9 +172,7 @@ def whatif(paths: list[str], changes=None, sweep: tuple | None = None, workers: 
 
 def whatif_run(con, run_id: int, changes=None, sweep: tuple | None = None) -> dict:
     """``whatif`` for a run already in a store (a catalog's run: from its stored results)."""
-    from overlapscope.analyzer.whatif.changes import Changes
-
-    if sweep is None and (changes is None or changes == Changes()):
+    if sweep is None and (changes is None or changes.is_empty()):
         stored = whatif_stored(con, run_id)
         if stored is not None:
             return stored
@@ -211,9 +209,10 @@ def whatif_of(a, info, changes=None, sweep: tuple | None = None) -> dict:
     from overlapscope.analyzer import whatif as engine_whatif
     from overlapscope.analyzer.whatif.changes import Changes
 
-    result = engine_whatif.predict(a, changes or Changes())
+    prepared = engine_whatif.prepare(a)  # once for the prediction and every point of the sweep
+    result = engine_whatif.predict(a, changes or Changes(), prepared)
     if sweep is not None:
-        result["sweep"] = engine_whatif.sweep(a, *sweep)
+        result["sweep"] = engine_whatif.sweep(a, *sweep, prepared=prepared)
     return {"run": info.describe(), **result}
 
 

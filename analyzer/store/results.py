@@ -64,9 +64,10 @@ def _whatif(a) -> dict:
     from overlapscope.analyzer.whatif import changes
 
     try:
-        result = whatif.predict(a, changes.Changes())
+        prepared = whatif.prepare(a)
+        result = whatif.predict(a, changes.Changes(), prepared)
         spec = changes.default_sweep(a.info.describe().get("parallelism"))
-        result["sweep"] = whatif.sweep(a, *changes.sweep(spec, changes.Changes()))
+        result["sweep"] = whatif.sweep(a, *changes.sweep(spec, changes.Changes()), prepared=prepared)
     except (InputError, UsageError):
         return {}
     return {"whatif": result}

@@ -193,13 +193,15 @@ def measured_value(a, name: str, values: list[str]) -> str | None:
     return f"{setting:g}" if isinstance(setting, float) else str(setting)
 
 
-def sweep(a, name: str, points: list[tuple[str, Changes]]) -> dict:
-    """One prediction per point of a sweep (``whatif --sweep``): the JSON's ``sweep``."""
+def sweep(a, name: str, points: list[tuple[str, Changes]], prepared: tuple | None = None) -> dict:
+    """One prediction per point of a sweep (``whatif --sweep``): the JSON's ``sweep``; the
+    run prepared once for all of them (``prepare``), or ``prepared``."""
+    prepared = prepared if prepared is not None else prepare(a)
     rows = []
     for value, changes in points:
-        p = predict(a, changes)
+        p = predict(a, changes, prepared)
         rows.append({"value": value, "label": p["label"], "predicted": p["predicted"], "model": p["model"],
                      "memory": p["memory"], "warnings": p["warnings"]})
-    base = predict(a, Changes())
+    base = predict(a, Changes(), prepared)
     return {"name": name, "measured": base["measured"], "replayed": base["replayed"],
             "measured_value": measured_value(a, name, [v for v, _ in points]), "points": rows}
