@@ -13,7 +13,6 @@ from overlapscope.analyzer.api import analyze
 from conftest import step_parts_ms
 from intervals_ref import gloo_overlap, read
 
-
 pytest.importorskip("torch")
 HERE = Path(__file__).parent
 
