@@ -45,9 +45,17 @@ def _command(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    own_process = argv is None  # the ``overlapscope`` command, not a caller in Python
     argv = sys.argv[1:] if argv is None else argv
     parser = _build_parser(_command(argv))
     args = parser.parse_args(argv)
+    code = _run(args)
+    if own_process and getattr(args, "fast_exit", False) and getattr(args, "engine", "local") == "local":
+        _exit_now(code)
+    return code
+
+
+def _run(args) -> int:
     from overlapscope.cli import tables
 
     tables.configure(getattr(args, "wide", False), getattr(args, "top", None))
@@ -70,3 +78,18 @@ def main(argv: list[str] | None = None) -> int:
         # 1 by default; a command whose 1 means something else (check: a regression) says which
         return getattr(args, "error_status", 1)
 
+
+def _exit_now(code: int) -> None:
+    """End the process without tearing down its modules and in-memory stores (0.1 s of a
+    0.9 s ``analyze``): for commands that write nothing (``fast_exit``), whose only state
+    is an in-memory store or a catalog opened read-only. Exit handlers still run."""
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+    os._exit(code)

@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
                        description="Exposed communication per rank and per step of per-rank Kineto traces.")
     add_source_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON (run, ranks, steps)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, fast_exit=True)  # writes nothing: cli._exit_now
 
 
 def _print_text(result: dict) -> None:

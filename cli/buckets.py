@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (collectives, summary, steps, model, ...)")
     p.add_argument("--tokens", type=float, default=None,
                    help="tokens per GPU per micro-batch (default: the tracer manifest's tokens_per_microbatch)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, fast_exit=True)  # writes nothing: cli._exit_now
 
 
 def _print_text(result: dict) -> None:

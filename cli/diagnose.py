@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
     p.add_argument("--tokens", type=float, default=None,
                    help="tokens per GPU per micro-batch (default: the tracer manifest's tokens_per_microbatch)")
     p.add_argument("--all", action="store_true", help="also print the evidence of passed and n/a rules")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, fast_exit=True)  # writes nothing: cli._exit_now
 
 
 def _gain(ms: float) -> str:

@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
     g.add_argument("--reduce-dtype", metavar="bf16|fp32")
     p.add_argument("--sweep", metavar="NAME=V1,V2,...", help="one prediction per value of one change, e.g. "
                    "bucket-mb=1,5,25,100 or tokens=0.5x,1x,2x,4x (on top of the other changes)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, fast_exit=True)  # writes nothing: cli._exit_now
 
 
 def read_changes(args) -> changes_mod.Changes:

@@ -6,6 +6,7 @@ import json
 
 from overlapscope.cli import main
 from builders import GpuTrace, write
+from conftest import SAMPLES
 
 RANK_KEYS = {"rank", "comm_ms", "exposed_comm_ms", "overlap_pct", "compute_ms", "step_ms"}
 STEP_KEYS = {"rank", "step", "step_ms", "comm_ms", "exposed_comm_ms", "compute_ms", "overlap_pct"}
@@ -53,3 +54,36 @@ def test_help_lists_every_command(capsys):
     out = capsys.readouterr().out
     for command in ("analyze", "model"):
         assert command in out
+
+
+def test_the_command_ends_without_teardown_and_loses_nothing(tmp_path):
+    """As its own process, a command that writes nothing ends at once (``cli._exit_now``):
+    its whole output still arrives, its status is kept, a reader that stops early gets no
+    traceback, and exit handlers still run."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "overlapscope.cli"]
+    full = subprocess.run([*command, "buckets", "--json", str(SAMPLES / "ddp")], capture_output=True, timeout=300)
+    assert full.returncode == 0, full.stderr[-2000:]
+    assert json.loads(full.stdout)["run"]["ranks_loaded"] == [0, 1]  # all of it (tens of kB), parsed whole
+
+    bad = subprocess.run([*command, "analyze", str(tmp_path / "missing.json")], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.json" in bad.stderr
+
+    # a reader that takes one line and closes the pipe
+    reader = subprocess.Popen([*command, "analyze", str(SAMPLES / "ddp")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    first = reader.stdout.readline()
+    reader.stdout.close()
+    reader.wait(timeout=300)
+    assert first.startswith(b"run:") and b"Traceback" not in reader.stderr.read()
+
+    # exit handlers run (a user's sitecustomize, Ray's shutdown): one registered before main
+    probe = ("import atexit, sys; atexit.register(lambda: print('handler ran', file=sys.stderr)); "
+             "sys.argv = ['overlapscope', 'analyze', '--json', sys.argv[1]]; "
+             "from overlapscope.cli import main; main()")
+    ran = subprocess.run([sys.executable, "-c", probe, str(SAMPLES / "ddp")], capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 0 and "handler ran" in ran.stderr and json.loads(ran.stdout)["ranks"]

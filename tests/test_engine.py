@@ -99,8 +99,8 @@ from overlapscope.cli import main
 pids = set()
 real_run = local.run
 
-def run(fn, items, workers=None, on_done=None, while_waiting=None):
-    out = real_run(_Probe(fn), items, workers, on_done, while_waiting)
+def run(fn, items, workers=None, on_done=None, while_waiting=None, **kw):
+    out = real_run(_Probe(fn), items, workers, on_done, while_waiting, **kw)
     pids.update(p for p, _ in out)
     return [r for _, r in out]
 
@@ -128,3 +128,97 @@ def test_the_ranks_are_mapped_in_worker_processes(tmp_path, command):
                           *extra], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "PIDS 2 0"
+
+
+def test_one_small_trace_decodes_in_a_worker_while_the_store_opens(tmp_path):
+    """One rank's trace (a small one) is decoded in a worker of its own, so that this
+    process imports DuckDB and opens the store meanwhile; the figures are the same as
+    decoding it here (a caller with DuckDB already imported: ``fork_is_safe`` is false)."""
+    import json
+    import subprocess
+    import sys
+
+    trace = sorted((SAMPLES / "ddp").glob("rank-*.json*"))[0]
+    out = subprocess.run([sys.executable, "-c", FORK_PROBE, "analyze", "--json", str(trace)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "PIDS 1 0"
+    forked = json.loads("\n".join(lines[:-1]))
+    here = api.analyze([str(trace)])
+    assert forked["ranks"] == here["ranks"] and forked["steps"] == here["steps"]
+
+
+def test_a_worker_hands_its_results_over_in_files_and_they_read_back_the_same(tmp_path):
+    """With a results folder, a worker sends its parent the ranks' facts only (the map's
+    parent holds no tables while the workers work); read back, the tables are the ones
+    the worker computed."""
+    from overlapscope.analyzer.engine import inplace
+    from overlapscope.analyzer.engine.rank import map_group, tasks_for
+    from overlapscope.analyzer.ingest.inputs import resolve
+    from overlapscope.analyzer.ingest.limits import from_env
+
+    inputs = resolve([str(SAMPLES / "fsdp_per_block")], from_env())
+    direct = map_group(tasks_for(inputs, "attribution", from_env(), 1))
+    handed = inplace.map_or_collect_group(tasks_for(inputs, "attribution", from_env(), 1,
+                                                    results_dir=str(tmp_path / "results")))
+    assert [h.tables for h in handed] == [{} for _ in handed] and all(h.tables_in for h in handed)
+    for d, h in zip(direct, handed):
+        back = h.loaded()
+        assert back.meta == d.meta and back.counts == d.counts and back.scripts == d.scripts
+        assert set(back.tables) == set(d.tables)
+        for name, table in d.tables.items():
+            from overlapscope.analyzer.store.runstore import with_rank
+
+            def rows(t):  # in any order (DuckDB's threads may order a table's rows differently per run)
+                return sorted(t.to_pylist(), key=lambda r: [str(v) for v in r.values()])
+
+            assert rows(back.tables[name]) == rows(with_rank(table, d.rank)), name
+
+
+def test_groups_take_the_budget_s_size_whatever_the_number_of_ranks(tmp_path):
+    """A worker's group is sized by its budget and the files, so a run of 256 ranks has the
+    groups of a run of 64 (equal files): the same worker peak; fewer ranks than the
+    workers' budget takes are spread over every worker."""
+    from overlapscope.analyzer.engine.rank import KEPT_PER_COMPRESSED_BYTE, RankTask, group_tasks
+    from overlapscope.analyzer.ingest.inputs import TraceSource
+    from overlapscope.analyzer.ingest.limits import from_env
+
+    size = 3_000_000
+    budget = 512 * 2**20
+    cap = budget // KEPT_PER_COMPRESSED_BYTE["overlap"] // size  # ranks of this size a budget holds
+    for r in range(300):
+        (tmp_path / f"rank-{r}.json.gz").write_bytes(b"\0" * size)
+
+    def groups(ranks: int, workers: int = 2) -> list[int]:
+        tasks = [RankTask(TraceSource(str(tmp_path / f"rank-{r}.json.gz"), None, f"rank-{r}"), "overlap", from_env(),
+                          memory_limit_bytes=budget) for r in range(ranks)]
+        out = group_tasks(tasks, workers)
+        assert [t for g in out for t in g] == tasks  # every rank once, in order
+        return [len(g) for g in out]
+
+    assert cap < 32  # 64 ranks on 2 workers would otherwise take 32 a group
+    assert max(groups(64)) == max(groups(256)) == max(groups(300)) == cap
+    assert groups(4) == [2, 2] and groups(8) == [4, 4]
+
+
+def test_more_groups_than_workers_answer_as_one_group(monkeypatch):
+    """A run of more groups than workers (its results handed over in files, read back one
+    table at a time by the reduce) answers as the same run mapped in one group."""
+    from overlapscope.analyzer.engine import rank
+
+    paths = [str(SAMPLES / "hsdp_2x2")]
+    one_group = api.buckets(paths, workers=1)
+    monkeypatch.setitem(rank.KEPT_PER_COMPRESSED_BYTE, "attribution", 10**9)  # a budget of one rank a group
+    seen = {}
+    real = rank.group_tasks
+
+    def spy(tasks, workers):
+        seen["groups"] = real(tasks, workers)
+        return seen["groups"]
+
+    monkeypatch.setattr("overlapscope.analyzer.engine.group_tasks", spy)
+    per_rank = api.buckets(paths, workers=1)
+    assert len(seen["groups"]) == 4
+    for key in ("summary", "collectives"):
+        assert per_rank[key] == one_group[key], key

@@ -7,12 +7,18 @@
 - reduce (``reduce.py``): the ranks' tables in one small store, where what compares
   ranks runs (clocks, waits, the straggler) and every analysis after it.
 
-Peak memory therefore follows the number of workers, not the number of ranks.
+Peak memory therefore follows the number of workers, not the number of ranks: a
+worker's group of ranks is sized by its budget (``rank.group_tasks``), each rank goes
+into the worker's store as soon as it is decoded, and a local worker leaves its ranks'
+tables in files (the run store's staging folder, or a temporary one) for the reduce to
+read one table at a time, so the parent holds a few facts per rank while the workers
+work.
 ``map_run`` is the whole route from paths to a reduced store.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass
@@ -34,16 +40,20 @@ class Mapped:
     con: object  # duckdb.DuckDBPyConnection (in memory)
     run_id: int
     inputs: Inputs
-    results: list[RankResult]
+    results: list[RankResult]  # the ranks' facts (their tables are in ``con``)
 
 
 def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: str = "local",
               ray_address: str | None = None, out_dir: str | None = None, limits: Limits | None = None,
-              on_mapped=None) -> list[RankResult]:
+              on_mapped=None, while_waiting=None, results_dir: str | None = None) -> list[RankResult]:
     """Every rank of ``inputs`` through ``map_rank``; checked to make one run; in rank order.
 
     ``out_dir``: a run store's staging folder for the ranks' Parquet files (ingest);
-    ``on_mapped(done, total)`` reports each rank as it finishes.
+    ``results_dir``: without ``out_dir``, a folder where local workers leave the ranks'
+    results when there are more groups than workers (else they are sent back whole).
+    Results in files (``RankResult.table`` reads them) need their folder through the reduce.
+    ``on_mapped(done, total)`` reports each rank as it finishes; ``while_waiting`` runs
+    here once the workers run (``ReduceStore.open``: the reduce's store opened meanwhile).
     """
     from overlapscope.analyzer.ingest.consistency import check_ranks
 
@@ -57,16 +67,23 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
         if engine == "ray":
             from overlapscope.analyzer.engine import ray_engine
 
+            if while_waiting:
+                while_waiting()
             results = ray_engine.run(tasks, address=ray_address, on_done=on_mapped)
         else:
             groups = group_tasks(tasks, n)
+            if results_dir and not out_dir and len(groups) > n:
+                # more groups than workers: results would pile up here while later groups
+                # run; in files they wait on disk (with one round they all arrive at the end)
+                groups = [[dataclasses.replace(t, results_dir=results_dir) for t in g] for g in groups]
             sizes = [len(g) for g in groups]
 
             def done(k: int, _total: int) -> None:  # progress per rank, as the groups finish
                 if on_mapped:
                     on_mapped(sum(sizes[:k]), len(tasks))
 
-            results = [r for group in local.run(map_or_collect_group, groups, workers=n, on_done=done) for r in group]
+            results = [r for group in local.run(map_or_collect_group, groups, workers=n, on_done=done,
+                                                while_waiting=while_waiting) for r in group]
     check_ranks(results, inputs.manifest, inputs.manifest_source)
     return sorted(results, key=lambda r: r.rank)
 
@@ -84,6 +101,30 @@ def map_run(paths: list[str], detail: str, workers: int | None = None, engine: s
 
         loaded = load(paths, detail=detail, workers=1, on_decoded=on_mapped, limits=limits)
         return Mapped(loaded.con, loaded.run_id, inputs, [])
-    results = map_ranks(inputs, detail, workers, engine, ray_address, limits=limits, on_mapped=on_mapped)
-    con, run_id = reduce_results(results, " ".join(paths), " ".join(paths), inputs.manifest, inputs.manifest_text)
+    store = ReduceStore()
+    with tempfile.TemporaryDirectory(prefix="overlapscope-results-") as results_dir:
+        results = map_ranks(inputs, detail, workers, engine, ray_address, limits=limits, on_mapped=on_mapped,
+                            while_waiting=store.open, results_dir=results_dir)
+        con, run_id = reduce_results(results, " ".join(paths), " ".join(paths), inputs.manifest,
+                                     inputs.manifest_text, con=store.take())
+    for r in results:  # in the reduce's store now: not held twice through the analysis, nor files
+        r.tables, r.tables_in = {}, None
     return Mapped(con, run_id, inputs, results)
+
+
+class ReduceStore:
+    """The reduce's store, opened while the workers map (``map_ranks``'s ``while_waiting``):
+    importing DuckDB and creating the schema (0.2 s) then overlap the map instead of
+    following it. DuckDB is imported only once the workers have forked (``local``)."""
+
+    def __init__(self):
+        self.con = None
+
+    def open(self) -> None:
+        from overlapscope.analyzer.store import database
+
+        self.con = database.connect()
+
+    def take(self):
+        con, self.con = self.con, None
+        return con

@@ -91,7 +91,7 @@ def collect(task: RankTask) -> RankResult | None:
 
 def map_or_collect(task: RankTask) -> RankResult:
     """What the Ray engine runs per rank: the tables reduced in place when they are there, else the map."""
-    return collect(task) or map_rank(task)
+    return _handed_over(collect(task) or map_rank(task), task)
 
 
 def map_or_collect_group(tasks: list[RankTask]) -> list[RankResult]:
@@ -99,7 +99,21 @@ def map_or_collect_group(tasks: list[RankTask]) -> list[RankResult]:
     are there, the others mapped together (rank.map_group); in the group's order."""
     collected = [collect(t) for t in tasks]
     mapped = iter(map_group([t for t, c in zip(tasks, collected) if c is None]) if None in collected else [])
-    return [c if c is not None else next(mapped) for c in collected]
+    return [_handed_over(c if c is not None else next(mapped), t) for c, t in zip(collected, tasks)]
+
+
+def _handed_over(result: RankResult, task: RankTask) -> RankResult:
+    """What goes back to the map's parent: with a staging folder (written by the map or
+    copied by ``collect``) or a results folder, the facts only; the tables are in the
+    folder's files, and the reduce reads them back once the workers end."""
+    if task.out_dir:
+        return result.on_disk(task.out_dir)
+    if task.results_dir:
+        from overlapscope.analyzer.store import runstore
+
+        runstore.write_results(task.results_dir, result)
+        return result.on_disk(task.results_dir)
+    return result
 
 
 def reduce_paths(paths: list[str], parallelism: str | None = None, limits=None) -> list[Path]:

@@ -46,6 +46,10 @@ class RankTask:
     memory_limit_bytes: int | None = None  # the rank store's DuckDB budget (None: DuckDB's default)
     spill_dir: str | None = None  # where DuckDB spills beyond the budget
     threads: int = 1  # DuckDB threads (a process per rank: 1)
+    # Without a staging folder, where a local worker leaves the rank's results for the
+    # map's parent (a temporary folder): the parent holds a few facts per rank while the
+    # workers work, so its memory does not grow with the ranks mapped (None: sent back).
+    results_dir: str | None = None
 
 
 @dataclass
@@ -56,6 +60,31 @@ class RankResult:
     counts: dict  # events read, dropped by reason
     tables: dict[str, pa.Table] = field(default_factory=dict)  # steps, annotation_roles, shipped tables
     scripts: tuple[str, ...] = ()  # the rank scripts that ran
+    # With a run store's staging folder: the tables are in its files, not here (``on_disk``),
+    # so that the map's parent holds a few facts per rank while the workers work.
+    tables_in: str | None = None
+    table_names: tuple[str, ...] = ()
+
+    def on_disk(self, folder: str) -> "RankResult":
+        """This result without its tables, which ``write_results`` wrote into ``folder``."""
+        return RankResult(self.meta, self.counts, {}, self.scripts, folder, tuple(self.tables))
+
+    def table(self, name: str) -> pa.Table:
+        """One of its tables: in memory, or read from its folder (the reduce reads one table
+        of every rank at a time, never every table of every rank at once)."""
+        if name in self.tables or self.tables_in is None:
+            return self.tables[name]
+        from overlapscope.analyzer.store import runstore
+
+        if name not in self.table_names:
+            raise KeyError(name)
+        return runstore.read_result_tables(self.tables_in, self.rank, [name])[name]
+
+    def loaded(self) -> "RankResult":
+        """This result with its tables in memory (read back from its folder if on disk)."""
+        if self.tables_in is None:
+            return self
+        return RankResult(self.meta, self.counts, {name: self.table(name) for name in self.table_names}, self.scripts)
 
     @property
     def rank(self) -> int:
@@ -78,13 +107,14 @@ def worker_memory_bytes() -> int:
 
 
 def tasks_for(inputs: Inputs, detail: str, limits: Limits, workers: int, out_dir: str | None = None,
-              spill_dir: str | None = None) -> list[RankTask]:
+              spill_dir: str | None = None, results_dir: str | None = None) -> list[RankTask]:
     """One task per rank file; each worker's DuckDB gets its share of the cores."""
     threads = max(1, cpus() // max(1, min(workers, len(inputs.sources))))
     parallelism = inputs.manifest.parallelism if inputs.manifest is not None else None
     budget = worker_memory_bytes()
     return [RankTask(s, detail, limits, parallelism=parallelism, out_dir=out_dir, memory_limit_bytes=budget,
-                     spill_dir=spill_dir, threads=threads) for s in inputs.sources]
+                     spill_dir=spill_dir, threads=threads, results_dir=None if out_dir else results_dir)
+            for s in inputs.sources]
 
 
 def map_rank(task: RankTask) -> RankResult:
@@ -93,40 +123,45 @@ def map_rank(task: RankTask) -> RankResult:
 
 
 def map_group(tasks: list[RankTask]) -> list[RankResult]:
-    """Several ranks through one private store, one after another into it, the rank
-    scripts run once over them (their SQL is rank by rank: the same rows as one store per
-    rank, for the fixed cost of one): what a local worker runs, a group whose kept events
-    fit its budget (``group_tasks``). ``map_rank`` is a group of one."""
-    return reduce_ranks([decode_source(t.source, t.detail, use_scanner=True, limits=t.limits) for t in tasks],
-                        tasks)
+    """Several ranks through one private store, the rank scripts run once over them (their
+    SQL is rank by rank: the same rows as one store per rank, for the fixed cost of one):
+    what a local worker runs, a group whose kept events fit its budget (``group_tasks``).
+    ``map_rank`` is a group of one.
 
-
-def reduce_ranks(datas: list[RankData], tasks: list[RankTask]) -> list[RankResult]:
-    """The rank scripts on decoded ranks of one run (same detail), in one store."""
+    Each rank goes into the store as soon as it is decoded, and its tables leave this
+    process's memory then (DuckDB holds them, within its budget, spilling beyond): a
+    worker holds one decoded rank beside its store, whatever the group's size."""
     from overlapscope.analyzer import sql
     from overlapscope.analyzer.store import database, runstore
 
     task = tasks[0]
-    for data, t in zip(datas, tasks):
-        if t.out_dir:
-            runstore.write_raw(t.out_dir, data.meta["rank"],
-                               {name: getattr(data, _DATA_FIELD.get(name, name)) for name in RAW_TABLES})
-            data.events = data.events.drop_columns([c for c in ("args",) if c in data.events.column_names])
-    con = database.connect(threads=task.threads, memory_limit_bytes=task.memory_limit_bytes,
-                           spill_dir=task.spill_dir)
+    kept: list[RankData] = []  # each rank's facts and roles; its tables are in the store
+    con = None
     try:
-        database.insert_ranks(con, RUN_ID, datas, parallelism=task.parallelism)
-        for data in datas:
-            del data.events  # in the store now: a rank's largest table, not held twice
+        for t in tasks:
+            data = decode_source(t.source, t.detail, use_scanner=True, limits=t.limits)
+            if t.out_dir:
+                runstore.write_raw(t.out_dir, data.meta["rank"],
+                                   {name: getattr(data, _DATA_FIELD.get(name, name)) for name in RAW_TABLES})
+                data.events = data.events.drop_columns([c for c in ("args",) if c in data.events.column_names])
+            if con is None:
+                con = database.connect(threads=task.threads, memory_limit_bytes=task.memory_limit_bytes,
+                                       spill_dir=task.spill_dir)
+                database.insert_ranks_run(con, RUN_ID, data.meta.get("device_kind"), task.parallelism)
+            database.insert_rank(con, RUN_ID, data)
+            data.events = data.tracks = data.collectives = data.flows = data.memory = None  # in the store now
+            kept.append(data)
+        sql.ensure(con, "steps", run_id=RUN_ID)
         scripts = RANK_SCRIPTS[task.detail]
         for name in scripts:
             sql.ensure(con, name, **script_params(name, RUN_ID))
         names = [t for name in scripts for t in sql.script(name).shipped if t != "steps"]
-        shipped = {data.meta["rank"]: _shipped(con, names, data.meta["rank"]) for data in datas}
+        shipped = {data.meta["rank"]: _shipped(con, names, data.meta["rank"]) for data in kept}
     finally:
-        con.close()
+        if con is not None:
+            con.close()
     results = []
-    for data, t in zip(datas, tasks):
+    for data, t in zip(kept, tasks):
         rank = data.meta["rank"]
         tables = shipped[rank]
         tables["annotation_roles"] = runstore.with_rank(data.roles, rank)
@@ -147,15 +182,20 @@ def _shipped(con, names: list[str], rank: int) -> dict[str, pa.Table]:
     return out
 
 
-# How many bytes a load keeps in its store per byte of compressed trace, about (the
-# reference trace and the samples): what a group's budget is measured against.
-KEPT_PER_COMPRESSED_BYTE = {"overlap": 4, "attribution": 8, "full": 25}
+# How many bytes of memory a worker takes above its start, per byte of compressed trace
+# in its group, about: what a group's budget is measured against. Measured on copies of
+# the 54 MB reference trace (3.0 MB compressed): at overlap, 32 ranks a worker, 5.4; at
+# full, 6 ranks a worker, 21 (benchmarks/bench_scale.py); rounded up.
+KEPT_PER_COMPRESSED_BYTE = {"overlap": 6, "attribution": 8, "full": 25}
 
 
 def group_tasks(tasks: list[RankTask], workers: int) -> list[list[RankTask]]:
     """The ranks in groups for the workers: consecutive ranks whose kept events fit one
     worker's budget together (estimated from their compressed sizes), and at least as
-    many groups as workers, so that every worker has work."""
+    many groups as workers, so that every worker has work. Once a run has more ranks
+    than the workers' groups of the budget's size take, its groups are of that size
+    whatever the count (the last takes what remains): a worker's peak is the same for
+    64 ranks of 54 MB as for 1,024."""
     from overlapscope.analyzer.ingest import files
 
     if not tasks:

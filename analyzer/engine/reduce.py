@@ -29,21 +29,33 @@ def concat(tables: list[pa.Table]) -> pa.Table:
 
 
 def reduce_results(results: list[RankResult], name: str, source: str, manifest: Manifest | None = None,
-                   manifest_text: str | None = None, tags: dict | None = None, threads: int | None = None):
-    """An in-memory store holding the ranks' results as run ``RUN_ID``; (connection, run id)."""
+                   manifest_text: str | None = None, tags: dict | None = None, threads: int | None = None,
+                   con=None):
+    """An in-memory store holding the ranks' results as run ``RUN_ID``; (connection, run id).
+
+    ``con``: a new in-memory store (``database.connect()``) already opened, else one is."""
     from overlapscope.analyzer.store import database
 
-    con = database.connect(threads=threads)
+    con = con if con is not None else database.connect(threads=threads)
     run_id = RUN_ID
     database.insert_run_rows(con, run_id, results, name, source, manifest, manifest_text, tags)
     for table in ("steps", "annotation_roles"):
-        database.insert_arrow(con, table, run_id, concat([r.tables.get(table) for r in results]))
+        database.insert_arrow(con, table, run_id, concat([_table(r, table) for r in results]))
     scripts = results[0].scripts if results else ()
     for script in scripts:
         params = script_params(script, run_id)
         if script == "steps":  # a stored table, inserted above
             sql.mark_done(con, script, **params)
             continue
-        tables = {t: concat([r.tables[t] for r in results]) for t in sql.script(script).shipped}
-        sql.provide(con, script, tables, **params)
+        # one table of every rank at a time (ranks' results may be files: RankResult.table)
+        for t in sql.script(script).shipped:
+            sql.provide_table(con, t, concat([r.table(t) for r in results]))
+        sql.mark_done(con, script, **params)
     return con, run_id
+
+
+def _table(result: RankResult, name: str):
+    try:
+        return result.table(name)
+    except KeyError:
+        return None

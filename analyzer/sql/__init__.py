@@ -176,12 +176,18 @@ def provide(con, name: str, tables: dict, /, **params) -> None:
     if missing:
         raise TypeError(f"sql script {name!r} ships {', '.join(missing)} too")
     for table, data in tables.items():
-        con.register("_provided", data)
-        try:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM _provided")
-        finally:
-            con.unregister("_provided")
+        provide_table(con, table, data)
     mark_done(con, name, **params)
+
+
+def provide_table(con, table: str, data) -> None:
+    """One shipped table of a rank script computed elsewhere (``provide``, table by table:
+    ``mark_done`` once every table the script ships is in)."""
+    con.register("_provided", data)
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM _provided")
+    finally:
+        con.unregister("_provided")
 
 
 def mark_done(con, name: str, /, **params) -> None:

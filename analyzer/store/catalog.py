@@ -132,18 +132,20 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
     except OSError as err:  # the disk, not the input: read-only, full, no permission
         raise _write_error(catalog_path, err) from None
     try:
+        reduce_store = engines.ReduceStore()
         ranks = engines.map_ranks(inputs, "full", workers, engine, ray_address, out_dir=str(staging.path),
-                                  limits=limits, on_mapped=on_decoded)
+                                  limits=limits, on_mapped=on_decoded, while_waiting=reduce_store.open)
         source = " ".join(paths)
-        con, run_id = reduce_results(ranks, source, source, inputs.manifest, inputs.manifest_text)
+        con, run_id = reduce_results(ranks, source, source, inputs.manifest, inputs.manifest_text,
+                                     con=reduce_store.take())
+        for r in ranks:  # the steps go to the catalog; the rest of each rank's tables are in the store and on disk
+            r.tables, r.tables_in = {"steps": r.table("steps")}, None
         try:
             computed = stored.compute(con, run_id)
         finally:
             con.close()
         for name, document in computed.pop("documents").items():
             runstore.write_document(staging.path, name, document, tokens=computed["tokens"])
-        for r in ranks:  # the steps go to the catalog; the rest of each rank's tables stay on disk
-            r.tables = {"steps": r.tables["steps"]}
     except OSError as err:  # writing the ranks' files: the disk is full
         staging.discard()
         raise _write_error(catalog_path, err) from None

@@ -133,13 +133,24 @@ def insert_ranks(con: duckdb.DuckDBPyConnection, run_id: int, datas: list[RankDa
                  parallelism: str | None = None) -> None:
     """Ranks of one run as run ``run_id`` of a one-shot store (a worker of the map over
     ranks), with their steps: the rows the rank scripts read."""
-    _insert_row(con, "runs", {"run_id": run_id, "name": "ranks", "parallelism": parallelism,
-                              "device_kind": datas[0].meta.get("device_kind")})
+    insert_ranks_run(con, run_id, datas[0].meta.get("device_kind"), parallelism)
     for data in datas:
-        _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(data)})
-        for table in RANK_TABLES:
-            _insert_table(con, _TABLE_OF.get(table, table), run_id, data.meta["rank"], getattr(data, table))
+        insert_rank(con, run_id, data)
     sql.ensure(con, "steps", run_id=run_id)
+
+
+def insert_ranks_run(con, run_id: int, device_kind: str | None, parallelism: str | None = None) -> None:
+    """The ``runs`` row of a one-shot store's ranks (``insert_ranks``, or rank by rank)."""
+    _insert_row(con, "runs", {"run_id": run_id, "name": "ranks", "parallelism": parallelism,
+                              "device_kind": device_kind})
+
+
+def insert_rank(con, run_id: int, data: RankData) -> None:
+    """One decoded rank's row and tables into run ``run_id`` (``insert_ranks_run`` first;
+    ``steps`` once every rank is in)."""
+    _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(data)})
+    for table in RANK_TABLES:
+        _insert_table(con, _TABLE_OF.get(table, table), run_id, data.meta["rank"], getattr(data, table))
 
 
 def insert_run(con: duckdb.DuckDBPyConnection, ranks: list[RankData], name: str, source: str,

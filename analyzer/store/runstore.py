@@ -97,6 +97,13 @@ def write_results(folder: str | os.PathLike, result) -> None:
                                            "scripts": list(result.scripts)}))
 
 
+def read_result_tables(folder: str | os.PathLike, rank: int, names) -> dict:
+    """One rank's results tables ``names`` as ``write_results`` wrote them into ``folder``."""
+    import pyarrow.parquet as pq
+
+    return {name: pq.read_table(rank_file(folder, RANK, name, rank)) for name in names}
+
+
 def read_results(run_dir: str | os.PathLike) -> list[tuple[dict, dict]]:
     """The stored results of every rank of a run: (facts, Arrow tables) per rank, in rank
     order (facts: meta, counts and scripts, as ``write_results`` wrote them)."""
