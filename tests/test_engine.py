@@ -153,18 +153,20 @@ def test_a_worker_hands_its_results_over_in_files_and_they_read_back_the_same(tm
     """With a results folder, a worker sends its parent the ranks' facts only (the map's
     parent holds no tables while the workers work); read back, the tables are the ones
     the worker computed."""
+    import dataclasses
+
     from overlapscope.analyzer.engine import inplace
-    from overlapscope.analyzer.engine.rank import map_group, tasks_for
+    from overlapscope.analyzer.engine.rank import RankResult, map_group, tasks_for
     from overlapscope.analyzer.ingest.inputs import resolve
     from overlapscope.analyzer.ingest.limits import from_env
 
     inputs = resolve([str(SAMPLES / "fsdp_per_block")], from_env())
     direct = map_group(tasks_for(inputs, "attribution", from_env(), 1))
-    handed = inplace.map_or_collect_group(tasks_for(inputs, "attribution", from_env(), 1,
-                                                    results_dir=str(tmp_path / "results")))
+    handed = inplace.map_or_collect_group([dataclasses.replace(t, results_dir=str(tmp_path / "results"))
+                                           for t in tasks_for(inputs, "attribution", from_env(), 1)])
     assert [h.tables for h in handed] == [{} for _ in handed] and all(h.tables_in for h in handed)
     for d, h in zip(direct, handed):
-        back = h.loaded()
+        back = RankResult(h.meta, h.counts, {name: h.table(name) for name in h.table_names}, h.scripts)
         assert back.meta == d.meta and back.counts == d.counts and back.scripts == d.scripts
         assert set(back.tables) == set(d.tables)
         for name, table in d.tables.items():

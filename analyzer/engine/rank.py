@@ -80,12 +80,6 @@ class RankResult:
             raise KeyError(name)
         return runstore.read_result_tables(self.tables_in, self.rank, [name])[name]
 
-    def loaded(self) -> "RankResult":
-        """This result with its tables in memory (read back from its folder if on disk)."""
-        if self.tables_in is None:
-            return self
-        return RankResult(self.meta, self.counts, {name: self.table(name) for name in self.table_names}, self.scripts)
-
     @property
     def rank(self) -> int:
         return self.meta["rank"]
@@ -107,14 +101,13 @@ def worker_memory_bytes() -> int:
 
 
 def tasks_for(inputs: Inputs, detail: str, limits: Limits, workers: int, out_dir: str | None = None,
-              spill_dir: str | None = None, results_dir: str | None = None) -> list[RankTask]:
+              spill_dir: str | None = None) -> list[RankTask]:
     """One task per rank file; each worker's DuckDB gets its share of the cores."""
     threads = max(1, cpus() // max(1, min(workers, len(inputs.sources))))
     parallelism = inputs.manifest.parallelism if inputs.manifest is not None else None
     budget = worker_memory_bytes()
     return [RankTask(s, detail, limits, parallelism=parallelism, out_dir=out_dir, memory_limit_bytes=budget,
-                     spill_dir=spill_dir, threads=threads, results_dir=None if out_dir else results_dir)
-            for s in inputs.sources]
+                     spill_dir=spill_dir, threads=threads) for s in inputs.sources]
 
 
 def map_rank(task: RankTask) -> RankResult:

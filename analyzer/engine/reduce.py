@@ -48,9 +48,7 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
             sql.mark_done(con, script, **params)
             continue
         # one table of every rank at a time (ranks' results may be files: RankResult.table)
-        for t in sql.script(script).shipped:
-            sql.provide_table(con, t, concat([r.table(t) for r in results]))
-        sql.mark_done(con, script, **params)
+        sql.provide(con, script, lambda t: concat([r.table(t) for r in results]), **params)
     return con, run_id
 
 

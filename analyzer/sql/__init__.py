@@ -163,31 +163,22 @@ def ensure(con, name: str, /, **params) -> None:
     con.execute("INSERT OR REPLACE INTO _sql_done VALUES (?, ?)", [name, key])
 
 
-def provide(con, name: str, tables: dict, /, **params) -> None:
+def provide(con, name: str, table_of, /, **params) -> None:
     """Record that rank script ``name`` ran with ``params``, its tables computed elsewhere.
 
-    ``tables`` maps each table the script ships (``Script.shipped``) to its rows (an
-    Arrow table): the map over ranks ran the script on every rank apart and the
-    comparison across ranks gets the rows of all of them. Later ``ensure`` calls of
+    ``table_of(table)`` gives the rows (an Arrow table) of each table the script ships
+    (``Script.shipped``), asked for one at a time, so that a caller reading them from
+    files holds one at once: the map over ranks ran the script on every rank apart and
+    the comparison across ranks gets the rows of all of them. Later ``ensure`` calls of
     the script, or of scripts that require it, take them as they are.
     """
-    s = script(name)
-    missing = [t for t in s.shipped if t not in tables]
-    if missing:
-        raise TypeError(f"sql script {name!r} ships {', '.join(missing)} too")
-    for table, data in tables.items():
-        provide_table(con, table, data)
+    for table in script(name).shipped:
+        con.register("_provided", table_of(table))
+        try:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM _provided")
+        finally:
+            con.unregister("_provided")
     mark_done(con, name, **params)
-
-
-def provide_table(con, table: str, data) -> None:
-    """One shipped table of a rank script computed elsewhere (``provide``, table by table:
-    ``mark_done`` once every table the script ships is in)."""
-    con.register("_provided", data)
-    try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM _provided")
-    finally:
-        con.unregister("_provided")
 
 
 def mark_done(con, name: str, /, **params) -> None:

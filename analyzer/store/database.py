@@ -129,18 +129,8 @@ def _insert_table(con, table: str, run_id: int, rank: int, data) -> None:
         con.unregister("_incoming")
 
 
-def insert_ranks(con: duckdb.DuckDBPyConnection, run_id: int, datas: list[RankData],
-                 parallelism: str | None = None) -> None:
-    """Ranks of one run as run ``run_id`` of a one-shot store (a worker of the map over
-    ranks), with their steps: the rows the rank scripts read."""
-    insert_ranks_run(con, run_id, datas[0].meta.get("device_kind"), parallelism)
-    for data in datas:
-        insert_rank(con, run_id, data)
-    sql.ensure(con, "steps", run_id=run_id)
-
-
 def insert_ranks_run(con, run_id: int, device_kind: str | None, parallelism: str | None = None) -> None:
-    """The ``runs`` row of a one-shot store's ranks (``insert_ranks``, or rank by rank)."""
+    """The ``runs`` row of a one-shot store's ranks (a worker's group: ``engine.rank.map_group``)."""
     _insert_row(con, "runs", {"run_id": run_id, "name": "ranks", "parallelism": parallelism,
                               "device_kind": device_kind})
 
