@@ -45,4 +45,5 @@ if __name__ == "__main__":
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
     port = int(sys.argv[2]) if len(sys.argv) > 2 else 29541
-    mp.spawn(worker, args=(2, out_dir, port), nprocs=2)
+    # fork: the ranks inherit the imported torch instead of importing it again (CPU only)
+    mp.start_processes(worker, args=(2, out_dir, port), nprocs=2, start_method="fork")

@@ -72,8 +72,10 @@ def test_every_command_answers_as_the_single_store(paths):
     overlap = load(paths, detail="overlap", workers=2)
     _same(api.analyze(paths, workers=2), api.analyze_run(overlap.con, overlap.run_id))
     one = load(paths, detail="attribution", workers=2)
-    _same(api.buckets(paths, workers=2), api.buckets_run(one.con, one.run_id))
-    _same(api.diagnose(paths, workers=2), api.diagnose_run(one.con, one.run_id))
+    # buckets and diagnose map the run alike (api.buckets, api.diagnose): one map serves both
+    mapped = map_run(paths, "attribution", workers=2)
+    _same(api.buckets_run(mapped.con, mapped.run_id), api.buckets_run(one.con, one.run_id))
+    _same(api.diagnose_run(mapped.con, mapped.run_id), api.diagnose_run(one.con, one.run_id))
 
 
 def test_one_rank_alone_skips_the_comparison_with_what_it_would_give(tmp_path):
@@ -202,6 +204,33 @@ def test_groups_take_the_budget_s_size_whatever_the_number_of_ranks(tmp_path):
     assert cap < 32  # 64 ranks on 2 workers would otherwise take 32 a group
     assert max(groups(64)) == max(groups(256)) == max(groups(300)) == cap
     assert groups(4) == [2, 2] and groups(8) == [4, 4]
+
+
+def test_ranks_mapped_in_this_process_go_in_one_group_and_report_each_rank(monkeypatch):
+    """Where the map cannot fork (DuckDB runs in this process already: a server, or this
+    test), its groups run here one after another: the ranks go in as few groups as the
+    budget allows, so a small run's rank scripts run once, not once per core, and the
+    progress still comes rank by rank."""
+    from overlapscope.analyzer.engine import local, map_ranks, rank
+    from overlapscope.analyzer.ingest.inputs import resolve
+    from overlapscope.analyzer.ingest.limits import from_env
+
+    import duckdb  # noqa: F401 (as in a server: DuckDB runs in this process)
+
+    assert not local.fork_is_safe()
+    seen, real = {}, rank.group_tasks
+
+    def spy(tasks, workers):
+        seen["groups"] = real(tasks, workers)
+        return seen["groups"]
+
+    monkeypatch.setattr("overlapscope.analyzer.engine.group_tasks", spy)
+    progress = []
+    results = map_ranks(resolve([str(SAMPLES / "hsdp_2x2")], from_env()), "overlap", workers=4,
+                        on_mapped=lambda done, total: progress.append((done, total)))
+    assert [len(g) for g in seen["groups"]] == [4]
+    assert progress == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert [r.rank for r in results] == [0, 1, 2, 3]
 
 
 def test_more_groups_than_workers_answer_as_one_group(monkeypatch):

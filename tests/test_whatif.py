@@ -10,11 +10,13 @@ Three routes of expected values, none from the code under test:
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 
-from overlapscope.analyzer.api import analyze, whatif
+from overlapscope.analyzer.api import analyze, whatif_run
+from overlapscope.analyzer.engine import map_run
 from overlapscope.analyzer.whatif.changes import Changes, Scale
 from overlapscope.cli import main
 from builders import GpuTrace, write, write_bundle
@@ -30,7 +32,16 @@ def annotated(tmp_path_factory):
 
 
 def _predict(paths, **changes) -> dict:
-    return whatif([str(p) for p in paths], Changes(**changes), workers=1)
+    """``whatif`` of ``paths`` under ``changes``: a run is mapped once for all the changes
+    asked of it (``api.whatif`` is ``map_run`` then ``whatif_run``; the CLI tests below take
+    the whole route)."""
+    mapped = _mapped(tuple(str(p) for p in paths))
+    return whatif_run(mapped.con, mapped.run_id, Changes(**changes))
+
+
+@functools.cache
+def _mapped(paths: tuple[str, ...]):
+    return map_run(list(paths), "attribution", workers=1)
 
 
 # --- hand-built GPU timelines -----------------------------------------------------------

@@ -19,6 +19,8 @@ work.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import os
 import tempfile
 from dataclasses import dataclass
@@ -61,6 +63,11 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     limits = limits or limits_from_env()
     n = local.workers_for(len(inputs.sources), workers)
+    here = engine == "local" and not local.fork_is_safe()
+    if here:
+        # the groups run here one after another (local.run): as few as the budget allows,
+        # so that the rank scripts' fixed cost (0.2-0.5 s a group) is paid once, not per worker
+        n = 1
     with tempfile.TemporaryDirectory(prefix="overlapscope-spill-") as spill:
         tasks = tasks_for(inputs, detail, limits, n if engine == "local" else len(inputs.sources), out_dir,
                           spill_dir=os.path.join(out_dir, ".spill") if out_dir else spill)
@@ -77,13 +84,17 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
                 # run; in files they wait on disk (with one round they all arrive at the end)
                 groups = [[dataclasses.replace(t, results_dir=results_dir) for t in g] for g in groups]
             sizes = [len(g) for g in groups]
+            fn, done = map_or_collect_group, None
+            if on_mapped and here:  # progress rank by rank, from inside the groups
+                ranks_done = itertools.count(1)
+                fn = functools.partial(map_or_collect_group, on_rank=lambda: on_mapped(next(ranks_done), len(tasks)))
+            elif on_mapped:  # progress as the workers' groups finish
 
-            def done(k: int, _total: int) -> None:  # progress per rank, as the groups finish
-                if on_mapped:
+                def done(k: int, _total: int) -> None:
                     on_mapped(sum(sizes[:k]), len(tasks))
 
-            results = [r for group in local.run(map_or_collect_group, groups, workers=n, on_done=done,
-                                                while_waiting=while_waiting) for r in group]
+            results = [r for group in local.run(fn, groups, workers=n, on_done=done, while_waiting=while_waiting)
+                       for r in group]
     check_ranks(results, inputs.manifest, inputs.manifest_source)
     return sorted(results, key=lambda r: r.rank)
 

@@ -94,11 +94,17 @@ def map_or_collect(task: RankTask) -> RankResult:
     return _handed_over(collect(task) or map_rank(task), task)
 
 
-def map_or_collect_group(tasks: list[RankTask]) -> list[RankResult]:
+def map_or_collect_group(tasks: list[RankTask], on_rank=None) -> list[RankResult]:
     """What a local worker runs per group: each rank's tables reduced in place where they
-    are there, the others mapped together (rank.map_group); in the group's order."""
+    are there, the others mapped together (rank.map_group); in the group's order.
+    ``on_rank()``: called as each rank is collected or decoded (a group run in the map's
+    own process reports its progress rank by rank)."""
     collected = [collect(t) for t in tasks]
-    mapped = iter(map_group([t for t, c in zip(tasks, collected) if c is None]) if None in collected else [])
+    for _ in range(len(tasks) - collected.count(None)):
+        if on_rank:
+            on_rank()
+    mapped = iter(map_group([t for t, c in zip(tasks, collected) if c is None], on_rank)
+                  if None in collected else [])
     return [_handed_over(c if c is not None else next(mapped), t) for c, t in zip(collected, tasks)]
 
 

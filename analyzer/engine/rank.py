@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from overlapscope.analyzer.ingest.consistency import claim
 from overlapscope.analyzer.ingest.decode import RankData, decode_source
 from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource
 from overlapscope.analyzer.engine.local import cpus
@@ -115,7 +116,7 @@ def map_rank(task: RankTask) -> RankResult:
     return map_group([task])[0]
 
 
-def map_group(tasks: list[RankTask]) -> list[RankResult]:
+def map_group(tasks: list[RankTask], on_decoded=None) -> list[RankResult]:
     """Several ranks through one private store, the rank scripts run once over them (their
     SQL is rank by rank: the same rows as one store per rank, for the fixed cost of one):
     what a local worker runs, a group whose kept events fit its budget (``group_tasks``).
@@ -123,16 +124,19 @@ def map_group(tasks: list[RankTask]) -> list[RankResult]:
 
     Each rank goes into the store as soon as it is decoded, and its tables leave this
     process's memory then (DuckDB holds them, within its budget, spilling beyond): a
-    worker holds one decoded rank beside its store, whatever the group's size."""
+    worker holds one decoded rank beside its store, whatever the group's size.
+    ``on_decoded()`` is called as each rank is in the store."""
     from overlapscope.analyzer import sql
     from overlapscope.analyzer.store import database, runstore
 
     task = tasks[0]
     kept: list[RankData] = []  # each rank's facts and roles; its tables are in the store
+    claims: dict[int, str] = {}
     con = None
     try:
         for t in tasks:
             data = decode_source(t.source, t.detail, use_scanner=True, limits=t.limits)
+            claim(claims, data.meta)  # the store holds the group's ranks by rank: one file each
             if t.out_dir:
                 runstore.write_raw(t.out_dir, data.meta["rank"],
                                    {name: getattr(data, _DATA_FIELD.get(name, name)) for name in RAW_TABLES})
@@ -144,6 +148,8 @@ def map_group(tasks: list[RankTask]) -> list[RankResult]:
             database.insert_rank(con, RUN_ID, data)
             data.events = data.tracks = data.collectives = data.flows = data.memory = None  # in the store now
             kept.append(data)
+            if on_decoded:
+                on_decoded()
         sql.ensure(con, "steps", run_id=RUN_ID)
         scripts = RANK_SCRIPTS[task.detail]
         for name in scripts:

@@ -56,16 +56,23 @@ def _groups_differ(ranks: list) -> None:
                                                  f"{first_file}")
 
 
+def claim(claims: dict[int, str], meta: dict) -> None:
+    """Record that ``meta``'s file holds its rank in ``claims`` (rank -> file); a second
+    file of one rank is an error (a worker's store, which holds its group's ranks by rank,
+    checks each rank as it comes, before the whole run is checked)."""
+    rank, file = meta["rank"], meta["file"]
+    if rank in claims:
+        raise InputError(file, f"rank {rank} is also claimed by {claims[rank]}")
+    claims[rank] = file
+
+
 def check_ranks(ranks: list, manifest: Manifest | None = None, manifest_source: str | None = None) -> None:
     """The files make one run: one file per rank, the same world size, backend,
     device kind, parallelism and process groups, and ranks inside the world size; a
     manifest that came with them describes the same job."""
-    seen: dict[int, str] = {}
+    claims: dict[int, str] = {}
     for r in ranks:
-        rank, file = r.meta["rank"], r.meta["file"]
-        if rank in seen:
-            raise InputError(file, f"rank {rank} is also claimed by {seen[rank]}")
-        seen[rank] = file
+        claim(claims, r.meta)
     _differ(ranks, "world_size", "world size")
     _differ(ranks, "device_kind", "device kind (cpu or gpu)")
     _differ(ranks, "backend", "backend")

@@ -29,8 +29,12 @@ def launch(fn: RankFn, cfg: TrainConfig) -> int:
         _run_rank(fn, cfg, rank, int(os.environ["WORLD_SIZE"]), local_rank)
         return 0
     port = free_port()
+    # CPU ranks fork: they inherit this process's imported torch (5 s a rank on a 2-core
+    # machine, every rank at once). CUDA ranks spawn, as CUDA requires; this process has not
+    # touched CUDA or run an op (no thread pool to inherit half-made) either way.
+    start_method = "fork" if cfg.device_type == "cpu" else "spawn"
     try:
-        mp.start_processes(_spawned_rank, args=(fn, cfg, port), nprocs=cfg.nproc, start_method="spawn")
+        mp.start_processes(_spawned_rank, args=(fn, cfg, port), nprocs=cfg.nproc, start_method=start_method)
     except mp.ProcessRaisedException as err:
         print(str(err).rstrip(), file=sys.stderr)
         print(f"error: rank {err.error_index} failed: {_last_line(str(err))}", file=sys.stderr)
