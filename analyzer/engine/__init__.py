@@ -12,7 +12,8 @@ worker's group of ranks is sized by its budget (``rank.group_tasks``), each rank
 into the worker's store as soon as it is decoded, and a local worker leaves its ranks'
 tables in files (the run store's staging folder, or a temporary one) for the reduce to
 read one table at a time, so the parent holds a few facts per rank while the workers
-work.
+work. Where workers cannot be forked (DuckDB already runs in the process: a server), the
+groups run in the map's own process, one after another and as few as the budget allows.
 ``map_run`` is the whole route from paths to a reduced store.
 """
 
