@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 
+import example_runner
 from overlapscope.cli import main
 
 pytest.importorskip("torch")
@@ -23,10 +23,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def reduced_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("inplace") / "run"
-    subprocess.run([sys.executable, "-m", "overlapscope.tracer.examples.train", "--parallel", "ddp", "--nproc", "2",
-                    "--steps", "4", "--wait-steps", "1", "--warmup-steps", "1", "--active-steps", "2",
-                    "--model-size", "tiny", "--backend", "gloo", "--no-calibrate", "--reduce-in-place",
-                    "--out", str(out)], check=True, timeout=240, capture_output=True)
+    example_runner.check(["--parallel", "ddp", "--nproc", "2", "--steps", "4", "--wait-steps", "1",
+                          "--warmup-steps", "1", "--active-steps", "2", "--model-size", "tiny", "--backend", "gloo",
+                          "--no-calibrate", "--reduce-in-place", "--out", str(out)], Path(f"{out}.stderr.txt"))
     return out
 
 

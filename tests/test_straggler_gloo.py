@@ -12,12 +12,12 @@ from __future__ import annotations
 import gzip
 import re
 import shutil
-import subprocess
-import sys
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
+import example_runner
 from overlapscope.analyzer.api import analyze, diagnose
 
 
@@ -27,11 +27,10 @@ SLOW_RANK, SLOW_MS = 2, 60.0
 
 def _capture(out, nproc: int, slow_rank: int, slow_ms: float = SLOW_MS) -> None:
     # small buckets (--bucket-cap-mb 0.01): more collectives to estimate clocks on
-    subprocess.run([sys.executable, "-m", "overlapscope.tracer.examples.train", "--parallel", "ddp", "--nproc",
-                    str(nproc), "--steps", "4", "--wait-steps", "1", "--warmup-steps", "1", "--active-steps", "2",
-                    "--model-size", "tiny", "--backend", "gloo", "--no-calibrate", "--bucket-cap-mb", "0.01",
-                    "--slow-rank", str(slow_rank), "--slow-ms", str(slow_ms), "--out", str(out)],
-                   check=True, timeout=240, capture_output=True)
+    example_runner.check(["--parallel", "ddp", "--nproc", str(nproc), "--steps", "4", "--wait-steps", "1",
+                          "--warmup-steps", "1", "--active-steps", "2", "--model-size", "tiny", "--backend", "gloo",
+                          "--no-calibrate", "--bucket-cap-mb", "0.01", "--slow-rank", str(slow_rank),
+                          "--slow-ms", str(slow_ms), "--out", str(out)], Path(f"{out}.stderr.txt"))
 
 
 @pytest.fixture(scope="module")

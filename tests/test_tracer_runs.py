@@ -14,15 +14,15 @@ import fcntl
 import gzip
 import json
 import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+
+import example_runner
 
 torch = pytest.importorskip("torch")
 
@@ -98,75 +98,14 @@ def _run_example(name: str, folder: Path) -> None:
     argv = [*options, "--loss-file", str(folder / "losses.json")]
     if "--no-trace" not in options:
         argv += ["--out", str(folder / "bundle")]
-    if launcher is EXAMPLE:  # the example's own launcher: a fork of the runner (below)
-        status = _runner().run(argv, folder / "stderr.txt")
+    if launcher is EXAMPLE:  # the example's own launcher, forked from a runner that imported torch
+        status = example_runner.run(argv, folder / "stderr.txt", TIMEOUT_S)
     else:  # torchrun starts its own processes
-        proc = subprocess.run([*launcher, *argv], cwd=ROOT, env=_env(), capture_output=True, text=True,
+        proc = subprocess.run([*launcher, *argv], cwd=ROOT, env=example_runner.env(), capture_output=True, text=True,
                               timeout=TIMEOUT_S)
         (folder / "stderr.txt").write_text(proc.stderr)
         status = proc.returncode
     (folder / "exit_status").write_text(str(status))
-
-
-def _env() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-
-
-# A process that imports torch and the example once, then forks one child per run: each
-# child is what ``python -m overlapscope.tracer.examples.train ARGS`` is from its main
-# function on (its stderr in a file, its exit status sent back), and the runs of a test
-# worker pay torch's import (5 s here) once instead of once each.
-RUNNER_CODE = r"""
-import json, os, sys, traceback
-from overlapscope.tracer.examples import train
-for line in sys.stdin:
-    job = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        fd = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 2)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-        sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
-        try:
-            code = train.main(job["argv"]) or 0
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    print(os.waitstatus_to_exitcode(status), flush=True)
-"""
-
-
-class _Runner:
-    def __init__(self):
-        # its own session: a run past its time is killed with every process it started
-        self.proc = subprocess.Popen([sys.executable, "-c", RUNNER_CODE], cwd=ROOT, env=_env(), text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
-
-    def run(self, argv: list[str], stderr: Path) -> int | str:
-        """The example's exit status for ``argv`` (``"timeout"`` past TIMEOUT_S)."""
-        self.proc.stdin.write(json.dumps({"argv": argv, "stderr": str(stderr)}) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], TIMEOUT_S)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            _RUNNER.clear()
-            return "timeout" if not ready else "the runner died"
-        return int(line)
-
-
-_RUNNER: list[_Runner] = []
-
-
-def _runner() -> _Runner:
-    if not _RUNNER:
-        _RUNNER.append(_Runner())
-    return _RUNNER[0]
 
 
 def bundle(run, name: str) -> Path:
