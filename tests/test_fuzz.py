@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 # Small caps: a mutant that inflates is refused long before it costs memory.
 LIMITS = Limits(max_trace_bytes=32 << 20, max_value_bytes=4 << 20, max_tokens=200_000, max_archive_members=64)
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
