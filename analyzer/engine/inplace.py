@@ -100,8 +100,8 @@ def map_or_collect_group(tasks: list[RankTask], on_rank=None) -> list[RankResult
     ``on_rank()``: called as each rank is collected or decoded (a group run in the map's
     own process reports its progress rank by rank)."""
     collected = [collect(t) for t in tasks]
-    for _ in range(len(tasks) - collected.count(None)):
-        if on_rank:
+    if on_rank:
+        for _ in range(len(tasks) - collected.count(None)):
             on_rank()
     mapped = iter(map_group([t for t, c in zip(tasks, collected) if c is None], on_rank)
                   if None in collected else [])

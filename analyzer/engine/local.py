@@ -22,7 +22,9 @@ def cpus() -> int:
 
 
 def workers_for(n_items: int, workers: int | None) -> int:
-    return max(1, min(n_items, workers or cpus()))
+    """How many workers a map of ``n_items`` gets: 1 where forking is unsafe (``run`` then
+    works in this process, and the map's groups are planned for one worker)."""
+    return max(1, min(n_items, workers or cpus())) if fork_is_safe() else 1
 
 
 def fork_is_safe() -> bool:
@@ -65,7 +67,7 @@ def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting
     """
     total = len(items)
     report = on_done or (lambda done, total: None)
-    n = workers_for(total, workers) if fork_is_safe() else 1
+    n = workers_for(total, workers)
     if n == 1 and not (fork_one and total == 1 and while_waiting and fork_is_safe()):
         out = []
         for item in items:
