@@ -2,7 +2,9 @@
 
 Both tools run as separate processes on the same inputs in one run; the script
 prints wall time and the peak memory of each process tree (a parent and its
-workers together), and the ratios. HTA runs from its own virtual environment
+workers together), and the ratios. Time is the median of undisturbed runs, memory
+is sampled in one more run (``proctree.py``: the sampler's CPU would slow a tool
+that keeps every core busy more than one that keeps one busy). HTA runs from its own virtual environment
 (``--hta-python``, default ``.bench/hta-venv/bin/python``; ``make bench``
 creates it) and is skipped when that is absent.
 
@@ -29,11 +31,11 @@ import gzip
 import json
 import os
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import proctree  # noqa: E402 (beside this script)
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference_traces" / "gpu_allreduce_v100_rank1_of2" / "df_index_resolver.json.gz"
@@ -118,60 +120,17 @@ def uncompressed_mb(path: Path) -> float:
 
 # --- measuring a process tree -----------------------------------------------------------
 
-def _tree_rss_bytes(root: int) -> int:
-    """Resident memory of ``root`` and all its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry))
-            rss[int(entry)] = int(fields[21]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-    total, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        total += rss.get(pid, 0)
-        stack.extend(children.get(pid, []))
-    return total
-
-
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def measure(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, float, str]:
-    """Wall seconds, peak tree RSS (MB) and stdout of one command."""
-    peak = [0]
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**ENV, **(env or {})},
-                            cwd=cwd)
-    done = threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss_bytes(proc.pid))
-            done.wait(0.01)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = proc.communicate()
-    wall = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err.strip()[-500:]}")
-    return wall, peak[0] / 1e6, out
-
-
 def bench(cmd: list[str], repeat: int, env: dict | None = None, cwd: str | None = None) -> tuple[float, float, str]:
-    measure(cmd, env, cwd)  # a first run fills the bytecode caches
-    runs = [measure(cmd, env, cwd) for _ in range(repeat)]
-    return statistics.median(r[0] for r in runs), max(r[1] for r in runs), runs[-1][2]
+    """Median wall seconds of ``repeat`` undisturbed runs, the peak tree MB of one more
+    run sampled every 10 ms (proctree: sampling costs CPU), and the last stdout."""
+    env = {**ENV, **(env or {})}
+    proctree.run(cmd, env, cwd)  # a first run fills the bytecode caches
+    walls = [proctree.run(cmd, env, cwd)[0] for _ in range(repeat)]
+    _, peak_mb, out = proctree.run(cmd, env, cwd, sample_s=0.01)
+    return statistics.median(walls), peak_mb, out
 
 
 # --- main -------------------------------------------------------------------------------

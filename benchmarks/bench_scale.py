@@ -23,12 +23,12 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
 import sys
-import threading
-import time
 import zlib
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import proctree  # noqa: E402 (beside this script)
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference_traces" / "gpu_allreduce_v100_rank1_of2" / "df_index_resolver.json.gz"
@@ -105,53 +105,11 @@ def decompressed_mb(folder: Path) -> float:
 
 # --- measuring ------------------------------------------------------------------------------
 
-def _tree_rss(root: int) -> int:
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry))
-            rss[int(entry)] = int(fields[21]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-    total, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        total += rss.get(pid, 0)
-        stack.extend(children.get(pid, []))
-    return total
-
-
 def measure(cmd: list[str], limit_s: float | None = None, env: dict | None = None) -> tuple[float | None, float]:
-    """Wall seconds (None past the limit) and peak tree RSS (MB) of one command."""
-    peak = [0]
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
-    done = threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
-            done.wait(0.02)
-
-    threading.Thread(target=sample, daemon=True).start()
-    try:
-        _, err = proc.communicate(timeout=limit_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        done.set()
-        return None, peak[0] / 1e6
-    wall = time.perf_counter() - start
-    done.set()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {err.decode()[-400:]}")
-    return wall, peak[0] / 1e6
+    """Wall seconds (None past the limit) and peak tree RSS (MB) of one command, sampled
+    every 20 ms (proctree: at these sizes the sampler's CPU is a small part of the run)."""
+    wall, peak_mb, _ = proctree.run(cmd, {**os.environ, **(env or {})}, limit_s=limit_s, sample_s=0.02)
+    return wall, peak_mb
 
 
 def disk_mb(path: Path) -> float:

