@@ -1,7 +1,10 @@
-"""Stored analyses are written as a zstd stream (analyzer/store/runstore.py): byte for byte the
-JSON the CLI prints, with the collectives encoded a chunk at a time."""
+"""Stored analyses are written as a gzip stream (analyzer/store/runstore.py): byte for byte the
+JSON the CLI prints, with the collectives encoded a chunk at a time; those of older runs,
+zstd, still read."""
 
 from __future__ import annotations
+
+import gzip
 
 import msgspec
 import pytest
@@ -26,6 +29,19 @@ def test_streamed_documents_are_the_formatted_json(tmp_path, document):
     runstore.write_document(tmp_path, "doc", document, tokens=7)
     assert runstore.read_document_bytes(tmp_path, "doc") == whole
     assert runstore.document_facts(tmp_path, "doc") == {"bytes": len(whole), "tokens": 7}
+    assert gzip.decompress((tmp_path / "doc.json.gz").read_bytes()) == whole  # plain gzip: any tool reads it
+
+
+def test_a_document_stored_as_zstd_by_an_older_version_still_reads(tmp_path):
+    import pyarrow as pa
+
+    whole = msgspec.json.format(msgspec.json.encode({"summary": [{"kind": "ddp_bucket", "id": "0"}]}), indent=2)
+    with pa.CompressedOutputStream(str(tmp_path / "buckets.json.zst"), "zstd") as out:  # as 0.1.0 wrote it
+        out.write(whole)
+    (tmp_path / "buckets.facts.json").write_bytes(msgspec.json.encode({"bytes": len(whole), "tokens": None}))
+    assert runstore.read_document_bytes(tmp_path, "buckets") == whole
+    assert runstore.read_document(tmp_path, "buckets") == {"summary": [{"kind": "ddp_bucket", "id": "0"}]}
+    assert runstore.read_document_bytes(tmp_path, "diagnose") is None
 
 
 def test_a_stored_buckets_document_is_what_buckets_json_prints(tmp_path, monkeypatch, capsys):

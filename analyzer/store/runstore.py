@@ -10,8 +10,9 @@
                                             collectives, flows, memory, annotation_roles)
             rank/<table>/rank-<r>.parquet   its rank scripts' results (steps, overlap_step,
                                             collective_stats, comm_instance, ...)
-            <analysis>.json.zst             the reduce's analyses (buckets, diagnose), each with
-            <analysis>.facts.json           its size and what it was made with (tokens)
+            <analysis>.json.gz              the reduce's analyses (buckets, diagnose, whatif), each
+            <analysis>.facts.json           with its size and what it was made with (tokens);
+                                            older runs have <analysis>.json.zst (still read)
         .staging-<token>/             a run being written, locked by its writer
 
 Workers write a rank's files into a staging folder in parallel (zstd Parquet, a
@@ -164,13 +165,18 @@ def _formatted(document: dict):
 
 def write_document(folder: str | os.PathLike, name: str, document: dict, **facts) -> None:
     """An analysis of the run (a JSON-ready object; ``Rows`` values streamed) as
-    ``<name>.json.zst``, indented as the CLI prints JSON (so that it prints as it is), and
+    ``<name>.json.gz``, indented as the CLI prints JSON (so that it prints as it is), and
     beside it ``<name>.facts.json``: its size and what it was made with (``facts``, e.g.
-    tokens). Written as a zstd stream: never the whole text in memory."""
-    import pyarrow as pa
+    tokens). Written as a gzip stream (isal, level 1): never the whole text in memory.
+
+    gzip through isal rather than zstd through pyarrow: a stored run's ``buckets --json``
+    then reads without importing pyarrow (0.15-0.2 s of a command that must answer in
+    0.5 s). At 64 ranks (61.6 MB of JSON): 2.36 MB, against 1.85 MB as zstd; 0.14 s
+    to inflate, against 0.09 s."""
+    from isal import igzip
 
     size = 0
-    with pa.CompressedOutputStream(str(Path(folder) / f"{name}.json.zst"), "zstd") as out:
+    with igzip.open(Path(folder) / f"{name}.json.gz", "wb", compresslevel=1) as out:
         for piece in _formatted(document):
             out.write(piece)
             size += len(piece)
@@ -184,12 +190,19 @@ def document_facts(run_dir: str | os.PathLike, name: str) -> dict | None:
 
 def read_document_bytes(run_dir: str | os.PathLike, name: str) -> bytes | None:
     """The stored analysis ``name`` as JSON bytes, or None when the run has none."""
+    facts = document_facts(run_dir, name)
+    if facts is None:
+        return None
+    path = Path(run_dir) / f"{name}.json.gz"
+    if path.is_file():
+        from isal import igzip
+
+        return igzip.decompress(path.read_bytes())
+    path = path.with_suffix(".zst")  # a run stored before the documents were gzip
+    if not path.is_file():
+        return None
     import pyarrow as pa
 
-    facts = document_facts(run_dir, name)
-    path = Path(run_dir) / f"{name}.json.zst"
-    if facts is None or not path.is_file():
-        return None
     return pa.decompress(path.read_bytes(), decompressed_size=facts["bytes"], codec="zstd", asbytes=True)
 
 
