@@ -132,6 +132,42 @@ def test_the_ranks_are_mapped_in_worker_processes(tmp_path, command):
     assert out.stdout.strip().splitlines()[-1] == "PIDS 2 0"
 
 
+PREFORK_PROBE = """
+import os, sys, time
+from overlapscope.analyzer.engine import local
+
+assert "duckdb" not in sys.modules and local.fork_is_safe()
+local.prefork_imports()
+assert "duckdb" in sys.modules and local.fork_is_safe()  # imported, no connection: no thread yet
+from overlapscope.analyzer.store import database
+forks, opened, real_fork = [], [], os.fork
+
+def fork():  # what multiprocessing's fork context calls, here in the parent
+    forks.append(time.monotonic())
+    return real_fork()
+
+os.fork = fork
+local.run(lambda _: os.getpid(), [0, 1, 2, 3], workers=2,
+          while_waiting=lambda: opened.append((time.monotonic(), database.connect())))
+# the store opened (DuckDB's threads started) only once the last worker had forked
+assert len(forks) == 4 and max(forks) <= opened[0][0], (forks, opened)
+assert not local.fork_is_safe() and local.workers_for(4, 2) == 1
+print("OK")
+"""
+
+
+def test_workers_inherit_duckdb_and_none_forks_once_a_store_is_open():
+    """DuckDB imported before the workers fork (each inherits it instead of importing it:
+    0.1 s of CPU a worker), and no worker is forked once a connection (its threads) is open
+    in the parent, even with more groups than workers."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", PREFORK_PROBE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "OK"
+
+
 def test_one_small_trace_decodes_in_a_worker_while_the_store_opens(tmp_path):
     """One rank's trace (a small one) is decoded in a worker of its own, so that this
     process imports DuckDB and opens the store meanwhile; the figures are the same as

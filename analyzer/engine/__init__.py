@@ -66,6 +66,8 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
     # one worker where forking is unsafe: the groups then run here one after another
     # (local.run), as few as the budget allows, so the rank scripts' fixed cost (0.2-0.5 s
     # a group) is paid once, not per core
+    if engine == "local":
+        local.prefork_imports()
     n = local.workers_for(len(inputs.sources), workers)
     here = engine == "local" and n == 1  # local.run runs one worker's groups in this process
     with tempfile.TemporaryDirectory(prefix="overlapscope-spill-") as spill:

@@ -20,8 +20,12 @@ from overlapscope.contract.collectives import bus_factor
 from overlapscope.contract.manifest import Manifest
 
 
-class Collective(msgspec.Struct, frozen=True, kw_only=True):
-    """One collective transfer (the ``collectives`` rows of ``buckets --json``)."""
+class Collective(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One collective transfer (the ``collectives`` rows of ``buckets --json``).
+
+    ``gc=False``: it holds only numbers and strings (no cycle can pass through it), and a
+    256-rank run holds half a million of them, which the cyclic collector would otherwise
+    walk on every full collection."""
 
     rank: int
     step: int | None

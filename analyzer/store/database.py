@@ -20,6 +20,9 @@ RANK_TABLES = ("tracks", "events", "collectives", "flows", "memory", "roles")
 _TABLE_OF = {"roles": "annotation_roles"}
 
 
+connections_opened = 0  # how many connections this process opened (fork_is_safe reads it)
+
+
 def connect(path: str = ":memory:", read_only: bool = False, threads: int | None = None,
             memory_limit_bytes: int | None = None, spill_dir: str | None = None) -> duckdb.DuckDBPyConnection:
     """Open (or create) a store with its schema and macros; an older catalog is brought up to date.
@@ -38,6 +41,8 @@ def connect(path: str = ":memory:", read_only: bool = False, threads: int | None
         config["memory_limit"] = f"{max(memory_limit_bytes // 2**20, 64)}MiB"
     if spill_dir:
         config["temp_directory"] = spill_dir
+    global connections_opened
+    connections_opened += 1  # engine.local.fork_is_safe: no fork once DuckDB may run threads here
     con = duckdb.connect(path, read_only=read_only, config=config)
     if read_only:  # the interval macros come with the first script (sql.ensure)
         migrate.check_readable(con, path)
