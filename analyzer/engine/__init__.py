@@ -14,7 +14,8 @@ tables in files (the run store's staging folder, or a temporary one) for the red
 read one table at a time, so the parent holds a few facts per rank while the workers
 work. Where workers cannot be forked (DuckDB already runs in the process: a server), the
 groups run in the map's own process, one after another and as few as the budget allows.
-``map_run`` is the whole route from paths to a reduced store.
+``map_and_reduce`` is the map and the reduce together (the reduce's store opened while the
+workers map); ``map_run`` the whole route from paths to a reduced store.
 """
 
 from __future__ import annotations
@@ -101,11 +102,28 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
     return sorted(results, key=lambda r: r.rank)
 
 
+def map_and_reduce(inputs: Inputs, detail: str, workers: int | None = None, engine: str = "local",
+                   ray_address: str | None = None, limits: Limits | None = None, on_mapped=None,
+                   out_dir: str | None = None, results_dir: str | None = None, source: str = ""):
+    """``map_ranks`` and the reduce: the reduce's store opens while the workers map
+    (``ReduceStore``), and takes their results. Returns (connection, run id, results);
+    ``source``: the run's name and source in that store (the input paths)."""
+    from overlapscope.analyzer.engine.reduce import reduce_results
+
+    store = ReduceStore()
+    try:
+        results = map_ranks(inputs, detail, workers, engine, ray_address, out_dir=out_dir, limits=limits,
+                            on_mapped=on_mapped, while_waiting=store.open, results_dir=results_dir)
+        con, run_id = reduce_results(results, source, source, inputs.manifest, inputs.manifest_text,
+                                     con=store.take())
+    finally:
+        store.close()
+    return con, run_id, results
+
+
 def map_run(paths: list[str], detail: str, workers: int | None = None, engine: str = "local",
             ray_address: str | None = None, limits: Limits | None = None, on_mapped=None) -> Mapped:
     """Paths in, a reduced store out (what ``analyze``, ``buckets`` and ``diagnose`` read)."""
-    from overlapscope.analyzer.engine.reduce import reduce_results
-
     limits = limits or limits_from_env()
     inputs = resolve(paths, limits)
     if engine == "local" and len(inputs.sources) == 1:
@@ -114,12 +132,9 @@ def map_run(paths: list[str], detail: str, workers: int | None = None, engine: s
 
         loaded = load(paths, detail=detail, workers=1, on_decoded=on_mapped, limits=limits)
         return Mapped(loaded.con, loaded.run_id, inputs, [])
-    store = ReduceStore()
     with tempfile.TemporaryDirectory(prefix="overlapscope-results-") as results_dir:
-        results = map_ranks(inputs, detail, workers, engine, ray_address, limits=limits, on_mapped=on_mapped,
-                            while_waiting=store.open, results_dir=results_dir)
-        con, run_id = reduce_results(results, " ".join(paths), " ".join(paths), inputs.manifest,
-                                     inputs.manifest_text, con=store.take())
+        con, run_id, results = map_and_reduce(inputs, detail, workers, engine, ray_address, limits, on_mapped,
+                                              results_dir=results_dir, source=" ".join(paths))
     for r in results:  # in the reduce's store now: not held twice through the analysis, nor files
         r.tables, r.tables_in = {}, None
     return Mapped(con, run_id, inputs, results)
@@ -127,8 +142,8 @@ def map_run(paths: list[str], detail: str, workers: int | None = None, engine: s
 
 class ReduceStore:
     """The reduce's store, opened while the workers map (``map_ranks``'s ``while_waiting``):
-    importing DuckDB and creating the schema (0.2 s) then overlap the map instead of
-    following it. DuckDB is imported only once the workers have forked (``local``)."""
+    opening it and creating the schema then overlap the map instead of following it. It
+    opens once every worker has forked (``local._forked``): DuckDB's threads start then."""
 
     def __init__(self):
         self.con = None
@@ -141,3 +156,9 @@ class ReduceStore:
     def take(self):
         con, self.con = self.con, None
         return con
+
+    def close(self) -> None:
+        """Close it if it was never taken (the map failed)."""
+        if self.con is not None:
+            self.con.close()
+            self.con = None

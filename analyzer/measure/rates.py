@@ -66,8 +66,9 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))]
 
 
-def _sized(rows: list[Collective]) -> tuple[list[Collective], dict[int, float], dict, dict]:
-    """Collectives with a size, group and kind; their wire bytes; instances and transfer times."""
+def sized(rows: list[Collective]) -> tuple[list[Collective], list[float], dict, dict]:
+    """Collectives with a size, group and kind; their wire bytes; instances and transfer times
+    (what ``bandwidth`` and ``latency`` read: computed once for both, ``sized_rows``)."""
     of = instances(rows)
     best = transfer_s(rows, of)
     wires: dict[int, float] = {}
@@ -80,14 +81,15 @@ def _sized(rows: list[Collective]) -> tuple[list[Collective], dict[int, float], 
     return [rows[i] for i in wires], [wires[i] for i in wires], of, best
 
 
-def bandwidth(rows: list[Collective]) -> dict:
-    """W (bytes/s): median bus bandwidth of the large collectives (each instance at its fastest rank)."""
-    sized, wires, of, best = _sized(rows)
+def bandwidth(rows: list[Collective], sized_rows: tuple | None = None) -> dict:
+    """W (bytes/s): median bus bandwidth of the large collectives (each instance at its fastest rank).
+    ``sized_rows``: ``sized(rows)`` when the caller has it."""
+    sized_, wires, of, best = sized_rows or sized(rows)
     out = {"bus_bandwidth_bytes_per_s": None, "large_collectives": 0}
-    if not sized:
+    if not sized_:
         return out
-    large_cut = _quantile([r.bytes for r in sized], LARGE_QUANTILE)
-    large = [(r, w) for r, w in zip(sized, wires) if r.bytes >= large_cut and best[of[(r.rank, r.event_id)]] > 0]
+    large_cut = _quantile([r.bytes for r in sized_], LARGE_QUANTILE)
+    large = [(r, w) for r, w in zip(sized_, wires) if r.bytes >= large_cut and best[of[(r.rank, r.event_id)]] > 0]
     if large:
         out.update(bus_bandwidth_bytes_per_s=statistics.median(w / best[of[(r.rank, r.event_id)]] for r, w in large),
                    large_collectives=len(large))
@@ -101,18 +103,19 @@ def bandwidth_by_kind(rows: list[Collective]) -> dict[str, dict]:
     return {k: bandwidth([r for r in rows if r.collective == k]) for k in kinds}
 
 
-def latency(rows: list[Collective], w_bytes_per_s: float | None, w_by_kind: dict[str, float] | None = None) -> dict:
+def latency(rows: list[Collective], w_bytes_per_s: float | None, w_by_kind: dict[str, float] | None = None,
+            sized_rows: tuple | None = None) -> dict:
     """The per-collective latency term, fitted on the small collectives with W fixed
     (each kind's own W from ``w_by_kind`` where given, else ``w_bytes_per_s``): the mean
     of measured time minus wire bytes over W, never below 0 (``model.ring.fit_latency``)."""
-    sized, wires, of, best = _sized(rows)
+    sized_, wires, of, best = sized_rows or sized(rows)
     w_by_kind = w_by_kind or {}
-    if not sized or not (w_bytes_per_s or w_by_kind):
+    if not sized_ or not (w_bytes_per_s or w_by_kind):
         return {"latency_s": None, "small_collectives": 0}
-    small_cut = _quantile([r.bytes for r in sized], SMALL_QUANTILE)
+    small_cut = _quantile([r.bytes for r in sized_], SMALL_QUANTILE)
     ref = w_bytes_per_s or next(iter(w_by_kind.values()))
     small = []
-    for r, wire in zip(sized, wires):
+    for r, wire in zip(sized_, wires):
         w = w_by_kind.get(r.collective) or w_bytes_per_s
         if r.bytes <= small_cut and w:
             # scaled so that wire / ref is this kind's wire / W

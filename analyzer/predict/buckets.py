@@ -121,7 +121,8 @@ def _sources(con, info: RunInfo, rows: list[Collective], stage: str | None) -> d
     cal = info.manifest.calibration
     by_kind = _by_kind(rows, cal, info.parallelism == "hsdp")
     main = by_kind.get(MAIN_KIND.get(stage, ""))
-    overall = rates.bandwidth(rows)
+    every = rates.sized(rows)  # for W over every kind and for the latency fit
+    overall = rates.bandwidth(rows, every)
     w_trace = main["trace_bytes_per_s"] if main else (None if stage in MAIN_KIND else
                                                       overall["bus_bandwidth_bytes_per_s"])
     w_cal = (main["calibration_bytes_per_s"] if main else None) or (cal.bus_bandwidth_bytes_per_s if cal else None)
@@ -134,7 +135,7 @@ def _sources(con, info: RunInfo, rows: list[Collective], stage: str | None) -> d
         "bus_bandwidth_bytes_per_s_trace": w_trace,
         "bus_bandwidth_bytes_per_s_calibration": w_cal,
         # latency term of one collective, fitted on this trace's small collectives given each kind's W
-        "latency_s": rates.latency(rows, w_used, w_of)["latency_s"],
+        "latency_s": rates.latency(rows, w_used, w_of, every)["latency_s"],
         # F: the calibration when there is one (measured apart from the run); W: the trace's
         # own collectives of the kind when it has large ones, else the calibration
         "flops_per_s": f_cal or f_trace["flops_per_s"],

@@ -120,7 +120,6 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
     catalog; on any error the staging folder goes. ``on_decoded(done, total)`` reports
     each rank as it is mapped."""
     from overlapscope.analyzer import engine as engines
-    from overlapscope.analyzer.engine.reduce import reduce_results
     from overlapscope.analyzer.ingest.inputs import resolve
     from overlapscope.analyzer.ingest.limits import from_env
     from overlapscope.analyzer.store import results as stored
@@ -132,12 +131,9 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
     except OSError as err:  # the disk, not the input: read-only, full, no permission
         raise _write_error(catalog_path, err) from None
     try:
-        reduce_store = engines.ReduceStore()
-        ranks = engines.map_ranks(inputs, "full", workers, engine, ray_address, out_dir=str(staging.path),
-                                  limits=limits, on_mapped=on_decoded, while_waiting=reduce_store.open)
         source = " ".join(paths)
-        con, run_id = reduce_results(ranks, source, source, inputs.manifest, inputs.manifest_text,
-                                     con=reduce_store.take())
+        con, run_id, ranks = engines.map_and_reduce(inputs, "full", workers, engine, ray_address, limits,
+                                                    on_decoded, out_dir=str(staging.path), source=source)
         for r in ranks:  # the steps go to the catalog; the rest of each rank's tables are in the store and on disk
             r.tables, r.tables_in = {"steps": r.table("steps")}, None
         try:
