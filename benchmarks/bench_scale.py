@@ -184,6 +184,27 @@ def svg(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, y
     return "\n".join(out)
 
 
+def write_outputs(rows: list[dict]) -> None:
+    """``benchmarks/scale.json`` and the plot ``benchmarks/scale.svg`` of ``rows``."""
+    (ROOT / "benchmarks" / "scale.json").write_text(json.dumps(rows, indent=1))
+    by_ranks = [r for r in rows if r["input"].endswith("x54MB")]
+    by_size = [r for r in rows if r["input"].startswith("1x") and not r["input"].endswith("54MB")]
+    panels = []
+    for i, (rs, xkey, xl) in enumerate(((by_ranks, "ranks", "ranks (54 MB each)"), (by_size, "mb", "MB of one trace"))):
+        panels.append(svg({"analyze": [(r[xkey], r["analyze_s"]) for r in rs],
+                           "ingest": [(r[xkey], r["ingest_s"]) for r in rs],
+                           "diagnose --run": [(r[xkey], r["diagnose_run_s"]) for r in rs],
+                           "HTA": [(r[xkey], r.get("hta_s")) for r in rs]},
+                          f"time against {xkey}", xl, "seconds", 440 * i, 0))
+        panels.append(svg({"analyze": [(r[xkey], r["analyze_mb"]) for r in rs],
+                           "ingest": [(r[xkey], r["ingest_mb"]) for r in rs],
+                           "HTA": [(r[xkey], r.get("hta_mb")) for r in rs]},
+                          f"peak memory against {xkey}", xl, "MB", 440 * i, 280))
+    (ROOT / "benchmarks" / "scale.svg").write_text(
+        '<svg xmlns="http://www.w3.org/2000/svg" width="880" height="540" font-family="sans-serif">\n'
+        + "\n".join(panels) + "\n</svg>\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="1,8,64,256")
@@ -212,23 +233,7 @@ def main() -> int:
               f"{f(row['ingest_s'], '7.2f')} {row['ingest_mb']:>6.0f} {row['catalog_mb']:>8.1f} | "
               f"{f(row['analyze_run_s'])} {f(row['buckets_run_s'])} {f(row['diagnose_run_s'])} | "
               f"{f(row.get('hta_s'), '7.1f')} {row.get('hta_mb') or 0:>6.0f}", flush=True)
-    (ROOT / "benchmarks" / "scale.json").write_text(json.dumps(rows, indent=1))
-    by_ranks = [r for r in rows if r["input"].endswith("x54MB")]
-    by_size = [r for r in rows if r["input"].startswith("1x") and not r["input"].endswith("54MB")]
-    panels = []
-    for i, (rs, xkey, xl) in enumerate(((by_ranks, "ranks", "ranks (54 MB each)"), (by_size, "mb", "MB of one trace"))):
-        panels.append(svg({"analyze": [(r[xkey], r["analyze_s"]) for r in rs],
-                           "ingest": [(r[xkey], r["ingest_s"]) for r in rs],
-                           "diagnose --run": [(r[xkey], r["diagnose_run_s"]) for r in rs],
-                           "HTA": [(r[xkey], r.get("hta_s")) for r in rs]},
-                          f"time against {xkey}", xl, "seconds", 440 * i, 0))
-        panels.append(svg({"analyze": [(r[xkey], r["analyze_mb"]) for r in rs],
-                           "ingest": [(r[xkey], r["ingest_mb"]) for r in rs],
-                           "HTA": [(r[xkey], r.get("hta_mb")) for r in rs]},
-                          f"peak memory against {xkey}", xl, "MB", 440 * i, 280))
-    (ROOT / "benchmarks" / "scale.svg").write_text(
-        '<svg xmlns="http://www.w3.org/2000/svg" width="880" height="540" font-family="sans-serif">\n'
-        + "\n".join(panels) + "\n</svg>\n")
+    write_outputs(rows)
     print("wrote benchmarks/scale.svg and benchmarks/scale.json")
     return 0
 

@@ -289,3 +289,54 @@ def test_more_groups_than_workers_answer_as_one_group(monkeypatch):
     assert len(seen["groups"]) == 4
     for key in ("summary", "collectives"):
         assert per_rank[key] == one_group[key], key
+
+
+PROGRESS_PROBE = """
+import sys, time
+from overlapscope.analyzer.store import database
+
+database.connect(sys.argv[1]).close()
+for con in (database.connect(sys.argv[1], read_only=True), database.connect(threads=1)):
+    assert con.sql("SELECT current_setting('enable_progress_bar')").fetchall() == [(False,)]
+    con.close()
+con = database.connect(threads=1)
+start = time.monotonic()
+while time.monotonic() - start < 2.5:  # a query past the bar's 2 s
+    con.sql("SELECT count(DISTINCT md5(range::VARCHAR)) FROM range(4000000)").fetchall()
+"""
+
+
+def test_a_store_never_draws_a_progress_bar_on_stdout(tmp_path):
+    """DuckDB draws a progress bar on stdout for a query past 2 s (where stdout is a real
+    stream: a subprocess here, not pytest's capture); in a store of ours it would corrupt
+    ``--json`` output (a worker shares the command's stdout), so every connection turns it off."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", PROGRESS_PROBE, str(tmp_path / "c.duckdb")], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout == ""
+
+
+def test_the_reduce_store_has_one_workers_budget_and_answers_the_same(monkeypatch):
+    """The reduce's store grows with the ranks: it gets one worker's DuckDB budget and
+    spills beyond it, with the same figures as without a budget."""
+    import os
+
+    from overlapscope.analyzer.engine import ENV_WORKER_MEMORY_MB
+
+    path = str(SAMPLES / "hsdp_2x2")
+    free = api.analyze_run(*_con_and_id(map_run([path], "overlap")))
+    monkeypatch.setenv(ENV_WORKER_MEMORY_MB, "100")
+    mapped = map_run([path], "overlap")
+    (limit, spill), = mapped.con.sql("SELECT current_setting('memory_limit'), current_setting('temp_directory')"
+                                     ).fetchall()
+    assert limit == "100.0 MiB" and "overlapscope-reduce-" in spill
+    assert api.analyze_run(*_con_and_id(mapped)) == free
+    mapped.con.close()
+    assert not os.path.exists(spill)  # DuckDB removes the folder it made
+
+
+def _con_and_id(mapped):
+    return mapped.con, mapped.run_id

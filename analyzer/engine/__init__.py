@@ -143,15 +143,22 @@ def map_run(paths: list[str], detail: str, workers: int | None = None, engine: s
 class ReduceStore:
     """The reduce's store, opened while the workers map (``map_ranks``'s ``while_waiting``):
     opening it and creating the schema then overlap the map instead of following it. It
-    opens once every worker has forked (``local._forked``): DuckDB's threads start then."""
+    opens once every worker has forked (``local._forked``): DuckDB's threads start then.
+
+    It has one worker's DuckDB budget (``worker_memory_bytes``) and spills beyond it to a
+    folder of its own (DuckDB removes it on close): its tables grow with the ranks (360 MiB
+    at 256 ranks of the reference trace for ``ingest``), the workers' stores do not."""
 
     def __init__(self):
         self.con = None
 
     def open(self) -> None:
+        import uuid
+
         from overlapscope.analyzer.store import database
 
-        self.con = database.connect()
+        spill = os.path.join(tempfile.gettempdir(), f"overlapscope-reduce-{uuid.uuid4().hex}")
+        self.con = database.connect(memory_limit_bytes=worker_memory_bytes(), spill_dir=spill)
 
     def take(self):
         con, self.con = self.con, None

@@ -231,8 +231,11 @@ def tuples(con, name: str, /, **params) -> list[tuple]:
 
 
 def one(con, name: str, /, **params):
-    """The first row of a named query as a tuple (None when it returns none)."""
-    return con.execute(query(name), params or None).fetchone()
+    """The first row of a named query as a tuple (None when it returns none). Fetched to
+    the end: DuckDB refuses relation queries (``con.sql``) on a connection whose last
+    ``execute`` result is unfinished."""
+    found = con.execute(query(name), params or None).fetchall()
+    return found[0] if found else None
 
 
 def scripts() -> list[str]:

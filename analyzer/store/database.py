@@ -44,6 +44,9 @@ def connect(path: str = ":memory:", read_only: bool = False, threads: int | None
     global connections_opened
     connections_opened += 1  # engine.local.fork_is_safe: no fork once DuckDB may run threads here
     con = duckdb.connect(path, read_only=read_only, config=config)
+    # DuckDB draws a progress bar on stdout for a query past 2 s: it would land inside
+    # the JSON that a large run's `analyze --json` prints (and a worker shares stdout)
+    con.execute("SET enable_progress_bar = false")
     if read_only:  # the interval macros come with the first script (sql.ensure)
         migrate.check_readable(con, path)
         return con
