@@ -140,6 +140,12 @@ assert "duckdb" not in sys.modules and local.fork_is_safe()
 local.prefork_imports()
 assert "duckdb" in sys.modules and local.fork_is_safe()  # imported, no connection: no thread yet
 from overlapscope.analyzer.store import database
+if sys.argv[1:] == ["raw"]:  # a connection not made by database.connect: its threads count
+    import duckdb
+    other = duckdb.connect()
+    assert database.connections_opened == 0 and not local.fork_is_safe()
+    print("OK")
+    sys.exit(0)
 forks, opened, real_fork = [], [], os.fork
 
 def fork():  # what multiprocessing's fork context calls, here in the parent
@@ -163,9 +169,10 @@ def test_workers_inherit_duckdb_and_none_forks_once_a_store_is_open():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", PREFORK_PROBE], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "OK"
+    for mode in ([], ["raw"]):
+        out = subprocess.run([sys.executable, "-c", PREFORK_PROBE, *mode], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == "OK"
 
 
 def test_one_small_trace_decodes_in_a_worker_while_the_store_opens(tmp_path):

@@ -27,21 +27,28 @@ def workers_for(n_items: int, workers: int | None) -> int:
     return max(1, min(n_items, workers or cpus())) if fork_is_safe() else 1
 
 
-_PREFORK = {"duckdb": False}  # whether prefork_imports imported DuckDB (then no connection was open)
+# Whether prefork_imports imported DuckDB (then no connection was open), and how many
+# native threads this process ran just after: a connection opened anyhow since (ours
+# through database.connect, or DuckDB's own API) shows as more threads.
+_PREFORK = {"duckdb": False, "threads": 0}
+
+
+def _native_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
 
 
 def prefork_imports() -> None:
     """Import DuckDB before forking workers, where nothing has imported it yet, so that they
     inherit it instead of each importing it (0.1 s of CPU a worker, taken from the cores
-    that decode). Importing starts no thread; a connection does: ``fork_is_safe`` counts
-    them (``database.connections_opened``)."""
+    that decode). Importing starts no thread; a connection does: ``fork_is_safe`` then says
+    no (``database.connections_opened``, and the process's native threads)."""
     if "duckdb" in sys.modules or not fork_is_safe():
         return
     import duckdb  # noqa: F401
 
     from overlapscope.analyzer.store import database
 
-    _PREFORK["duckdb"] = database.connections_opened == 0
+    _PREFORK.update(duckdb=database.connections_opened == 0, threads=_native_threads())
 
 
 def fork_is_safe() -> bool:
@@ -61,7 +68,7 @@ def fork_is_safe() -> bool:
         return True
     from overlapscope.analyzer.store import database
 
-    return _PREFORK["duckdb"] and database.connections_opened == 0
+    return _PREFORK["duckdb"] and database.connections_opened == 0 and _native_threads() <= _PREFORK["threads"]
 
 
 def die_with_parent() -> None:
