@@ -346,3 +346,26 @@ def test_the_reduce_store_has_one_workers_budget_and_answers_the_same(monkeypatc
 
 def _con_and_id(mapped):
     return mapped.con, mapped.run_id
+
+
+def test_ingests_reduce_spills_inside_its_staging_folder(tmp_path, monkeypatch):
+    """Ingest's reduce spills on the catalog's disk, inside the run's staging folder (which
+    goes at commit, or with a sweep after a crash), not in the temporary folder (often a
+    tmpfs: memory again)."""
+    from overlapscope.analyzer import engine
+    from overlapscope.analyzer.store import catalog
+
+    seen = []
+    real = engine.ReduceStore.open
+
+    def spy(store):
+        real(store)
+        seen.append(store.con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0])
+
+    monkeypatch.setattr(engine.ReduceStore, "open", spy)
+    prepared = catalog.prepare(tmp_path / "c.duckdb", [str(SAMPLES / "hsdp_2x2")])
+    try:
+        assert seen and seen[0] == str(prepared.staging.path / ".spill" / "reduce")
+        assert (prepared.staging.path / ".spill").is_dir()  # DuckDB creates only the last folder
+    finally:
+        prepared.discard()

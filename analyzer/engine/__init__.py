@@ -110,7 +110,8 @@ def map_and_reduce(inputs: Inputs, detail: str, workers: int | None = None, engi
     ``source``: the run's name and source in that store (the input paths)."""
     from overlapscope.analyzer.engine.reduce import reduce_results
 
-    store = ReduceStore()
+    # ingest's reduce spills inside its staging folder (the catalog's disk, swept after a crash)
+    store = ReduceStore(os.path.join(out_dir, ".spill", "reduce") if out_dir else None)
     try:
         results = map_ranks(inputs, detail, workers, engine, ray_address, out_dir=out_dir, limits=limits,
                             on_mapped=on_mapped, while_waiting=store.open, results_dir=results_dir)
@@ -145,19 +146,22 @@ class ReduceStore:
     opening it and creating the schema then overlap the map instead of following it. It
     opens once every worker has forked (``local._forked``): DuckDB's threads start then.
 
-    It has one worker's DuckDB budget (``worker_memory_bytes``) and spills beyond it to a
-    folder of its own (DuckDB removes it on close): its tables grow with the ranks (360 MiB
-    at 256 ranks of the reference trace for ``ingest``), the workers' stores do not."""
+    It has one worker's DuckDB budget (``worker_memory_bytes``) and spills beyond it to
+    ``spill_dir`` (ingest: its staging folder), else to a temporary folder of its own
+    (DuckDB removes it on close): its tables grow with the ranks (360 MiB at 256 ranks of
+    the reference trace for ``ingest``), the workers' stores do not."""
 
-    def __init__(self):
+    def __init__(self, spill_dir: str | None = None):
         self.con = None
+        self.spill_dir = spill_dir
 
     def open(self) -> None:
         import uuid
 
         from overlapscope.analyzer.store import database
 
-        spill = os.path.join(tempfile.gettempdir(), f"overlapscope-reduce-{uuid.uuid4().hex}")
+        spill = self.spill_dir or os.path.join(tempfile.gettempdir(), f"overlapscope-reduce-{uuid.uuid4().hex}")
+        os.makedirs(os.path.dirname(spill), exist_ok=True)  # DuckDB makes the last folder only
         self.con = database.connect(memory_limit_bytes=worker_memory_bytes(), spill_dir=spill)
 
     def take(self):
