@@ -64,11 +64,11 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
     if engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     limits = limits or limits_from_env()
+    if engine == "local":
+        local.prefork_imports()  # the workers inherit DuckDB
     # one worker where forking is unsafe: the groups then run here one after another
     # (local.run), as few as the budget allows, so the rank scripts' fixed cost (0.2-0.5 s
     # a group) is paid once, not per core
-    if engine == "local":
-        local.prefork_imports()
     n = local.workers_for(len(inputs.sources), workers)
     here = engine == "local" and n == 1  # local.run runs one worker's groups in this process
     with tempfile.TemporaryDirectory(prefix="overlapscope-spill-") as spill:

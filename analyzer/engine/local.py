@@ -27,10 +27,10 @@ def workers_for(n_items: int, workers: int | None) -> int:
     return max(1, min(n_items, workers or cpus())) if fork_is_safe() else 1
 
 
-# Whether prefork_imports imported DuckDB (then no connection was open), and how many
-# native threads this process ran just after: a connection opened anyhow since (ours
-# through database.connect, or DuckDB's own API) shows as more threads.
-_PREFORK = {"duckdb": False, "threads": 0}
+# The native threads this process ran just after prefork_imports imported DuckDB (None:
+# it did not): a connection opened since (through database.connect or DuckDB's own API)
+# shows as more threads.
+_PREFORK_THREADS: int | None = None
 
 
 def _native_threads() -> int:
@@ -42,13 +42,12 @@ def prefork_imports() -> None:
     inherit it instead of each importing it (0.1 s of CPU a worker, taken from the cores
     that decode). Importing starts no thread; a connection does: ``fork_is_safe`` then says
     no (``database.connections_opened``, and the process's native threads)."""
+    global _PREFORK_THREADS
     if "duckdb" in sys.modules or not fork_is_safe():
         return
-    import duckdb  # noqa: F401
+    import duckdb  # noqa: F401 (nothing had imported it: no connection can be open)
 
-    from overlapscope.analyzer.store import database
-
-    _PREFORK.update(duckdb=database.connections_opened == 0, threads=_native_threads())
+    _PREFORK_THREADS = _native_threads()
 
 
 def fork_is_safe() -> bool:
@@ -68,7 +67,8 @@ def fork_is_safe() -> bool:
         return True
     from overlapscope.analyzer.store import database
 
-    return _PREFORK["duckdb"] and database.connections_opened == 0 and _native_threads() <= _PREFORK["threads"]
+    return (_PREFORK_THREADS is not None and database.connections_opened == 0
+            and _native_threads() <= _PREFORK_THREADS)
 
 
 def die_with_parent() -> None:

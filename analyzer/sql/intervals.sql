@@ -48,14 +48,14 @@ GROUP BY grp, island;
 CREATE OR REPLACE MACRO interval_pieces(src) AS TABLE
 SELECT grp, ts_ns, end_ns
 FROM (
+    -- own: the packed max less this group's base, end + 2^63 when it is the group's own
     SELECT grp, end_ns,
-           CASE WHEN prev >= grp::HUGEINT * 18446744073709551616
-                THEN greatest(ts_ns, (prev - grp::HUGEINT * 18446744073709551616 - 9223372036854775808)::BIGINT)
-                ELSE ts_ns END AS ts_ns
+           CASE WHEN own >= 0 THEN greatest(ts_ns, (own - 9223372036854775808)::BIGINT) ELSE ts_ns END AS ts_ns
     FROM (
         SELECT grp, ts_ns, end_ns,
                max(grp::HUGEINT * 18446744073709551616 + end_ns + 9223372036854775808)
-                   OVER (ORDER BY grp, ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
+                   OVER (ORDER BY grp, ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+               - grp::HUGEINT * 18446744073709551616 AS own
         FROM query_table(src)
     )
 )
