@@ -7,4 +7,4 @@ decodes with msgspec alone (slower, the same results).
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("overlapscope.analyzer.ingest._kineto_scan", ["analyzer/ingest/_kineto_scan.c"],
-                             extra_compile_args=["-O2"], optional=True)])
+                             extra_compile_args=["-O3"], optional=True)])

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from overlapscope.analyzer.ingest import frames, stream
+from overlapscope.analyzer.ingest import frames, scan, stream
 from overlapscope.analyzer.ingest.decode import DETAILS, decode_source
 from overlapscope.analyzer.ingest.inputs import TraceSource
 from overlapscope.analyzer.ingest.kineto import ARGS_KEYS
@@ -32,9 +32,9 @@ REFERENCE = ROOT.parent / "shared" / "reference_traces" / "gpu_allreduce_v100_ra
 
 def _floor(path: str, detail: str, limits, take: bool) -> float:
     scanner = frames._kineto_scan.Scanner(
-        frames._scanner_keep(detail), max_value_bytes=limits.max_value_bytes, max_depth=limits.max_depth,
+        scan.scanner_keep(detail), max_value_bytes=limits.max_value_bytes, max_depth=limits.max_depth,
         max_tokens=limits.max_tokens, args_keys=ARGS_KEYS[detail],
-        take_keys=[(k.encode(), t) for _, k, t in frames.take_keys(detail)] if take else None)
+        take_keys=[(k.encode(), t) for _, k, t in scan.take_keys(detail)] if take else None)
     start = time.perf_counter()
     for piece in stream.chunks(path, None, path, limits):
         scanner.feed(piece)

@@ -175,23 +175,45 @@ def test_workers_inherit_duckdb_and_none_forks_once_a_store_is_open():
         assert out.stdout.strip() == "OK"
 
 
-def test_one_small_trace_decodes_in_a_worker_while_the_store_opens(tmp_path):
-    """One rank's trace (a small one) is decoded in a worker of its own, so that this
-    process imports DuckDB and opens the store meanwhile; the figures are the same as
-    decoding it here (a caller with DuckDB already imported: ``fork_is_safe`` is false)."""
+ONE_RANK_PROBE = """
+import os, sys
+from overlapscope.analyzer.ingest import scan
+
+heavy = []
+real = scan.scan_beside
+
+def beside(*args, **kwargs):
+    heavy.append(sorted(m for m in ("numpy", "pyarrow", "duckdb") if m in sys.modules))
+    return real(*args, **kwargs)
+
+scan.scan_beside = beside
+forks = []
+os.register_at_fork(before=lambda: forks.append(1))
+from overlapscope.cli import main
+status = main(sys.argv[1:])
+print("PROBE", heavy, len(forks), status)
+"""
+
+
+def test_one_rank_is_scanned_while_the_analyzer_loads(tmp_path):
+    """A run of one rank is scanned in the command's own process from the start: nothing
+    of NumPy, Arrow or DuckDB is imported when the scan begins (another thread imports
+    them and opens the store meanwhile: ingest/one.py), no worker is forked, and the
+    figures are those of the single store."""
     import json
     import subprocess
     import sys
 
     trace = sorted((SAMPLES / "ddp").glob("rank-*.json*"))[0]
-    out = subprocess.run([sys.executable, "-c", FORK_PROBE, "analyze", "--json", str(trace)],
+    out = subprocess.run([sys.executable, "-c", ONE_RANK_PROBE, "analyze", "--json", str(trace)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
-    assert lines[-1] == "PIDS 1 0"
-    forked = json.loads("\n".join(lines[:-1]))
-    here = api.analyze([str(trace)])
-    assert forked["ranks"] == here["ranks"] and forked["steps"] == here["steps"]
+    assert lines[-1] == "PROBE [[]] 0 0"
+    probed = json.loads("\n".join(lines[:-1]))
+    single = load([str(trace)], detail="overlap", workers=1)
+    here = api.analyze_run(single.con, single.run_id)
+    assert probed["ranks"] == here["ranks"] and probed["steps"] == here["steps"]
 
 
 def test_a_worker_hands_its_results_over_in_files_and_they_read_back_the_same(tmp_path):

@@ -33,6 +33,7 @@ from overlapscope.analyzer.engine.rank import (  # noqa: F401 (the engine's name
     ENV_WORKER_MEMORY_MB, RankResult, RankTask, group_tasks, tasks_for, worker_memory_bytes,
 )
 from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.ingest import one
 from overlapscope.analyzer.ingest.inputs import Inputs, resolve
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 
@@ -123,15 +124,16 @@ def map_and_reduce(inputs: Inputs, detail: str, workers: int | None = None, engi
 
 
 def map_run(paths: list[str], detail: str, workers: int | None = None, engine: str = "local",
-            ray_address: str | None = None, limits: Limits | None = None, on_mapped=None) -> Mapped:
-    """Paths in, a reduced store out (what ``analyze``, ``buckets`` and ``diagnose`` read)."""
+            ray_address: str | None = None, limits: Limits | None = None, on_mapped=None,
+            inputs: Inputs | None = None) -> Mapped:
+    """Paths in, a reduced store out (what ``analyze``, ``buckets`` and ``diagnose`` read);
+    ``inputs``: the paths resolved already."""
     limits = limits or limits_from_env()
-    inputs = resolve(paths, limits)
-    if engine == "local" and len(inputs.sources) == 1:
-        # one rank is its own reduce: its store (ingest.load) takes the run scripts too
-        from overlapscope.analyzer.ingest.load import load
-
-        loaded = load(paths, detail=detail, workers=1, on_decoded=on_mapped, limits=limits)
+    inputs = inputs or resolve(paths, limits)
+    if one.applies(inputs, engine):
+        # one rank is its own reduce: its store takes the run scripts too; its file is
+        # scanned while the rest loads (ingest/one.py)
+        loaded = one.load_one(paths, inputs, detail, limits, on_decoded=on_mapped)
         return Mapped(loaded.con, loaded.run_id, inputs, [])
     with tempfile.TemporaryDirectory(prefix="overlapscope-results-") as results_dir:
         con, run_id, results = map_and_reduce(inputs, detail, workers, engine, ray_address, limits, on_mapped,

@@ -87,19 +87,18 @@ def die_with_parent() -> None:
         pass
 
 
-def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting=None,
-        fork_one: bool = False) -> list:
+def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting=None) -> list:
     """``[fn(item) for item in items]`` over worker processes (in order); the first error stops it.
 
     ``on_done(done, total)`` is called as each item finishes (a progress bar);
-    ``while_waiting`` runs in this process while the workers work. One item runs in
-    this process unless ``fork_one``: then in a worker too, so that ``while_waiting``
-    (importing and opening a store: 0.2 s) overlaps it on another core.
+    ``while_waiting`` runs in this process while the workers work (with one worker: the
+    items run here, then it). A run of one rank overlaps its store's opening with its
+    decode in threads instead (ingest/one.py).
     """
     total = len(items)
     report = on_done or (lambda done, total: None)
     n = workers_for(total, workers)
-    if n == 1 and not (fork_one and total == 1 and while_waiting and fork_is_safe()):
+    if n == 1:
         out = []
         for item in items:
             out.append(fn(item))

@@ -145,8 +145,9 @@ static uint64_t token_hash(const char *s, Py_ssize_t len) {
         h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
         h ^= h >> 31;
     }
-    uint64_t w = 0;
-    memcpy(&w, s + i, len - i);
+    uint64_t w = 0;  /* the last 0-7 bytes, little-endian as memcpy would put them: a loop, since a
+                        call to memcpy of a variable length and the load after it cost a tenth of the scan */
+    for (Py_ssize_t k = len - 1; k >= i; k--) w = (w << 8) | (unsigned char)s[k];
     h = (h ^ w) * 0x94D049BB133111EBULL;
     return h ^ (h >> 29);
 }
@@ -272,7 +273,32 @@ typedef struct {
     char take_types[MAX_TAKE];  /* 'i' integer, 'f' float, 'p' presence only */
     Py_ssize_t n_take;
     Buf took, took_flags;
+    /* feed() parses without the GIL, so that another thread runs Python meanwhile (the
+     * imports and the store of a one-rank analysis: engine.early); what calls into
+     * Python (the keep callback, errors, top-level members) takes it back first */
+    PyThreadState *released;  /* non-NULL while the GIL is released */
+    int busy;                 /* inside feed(): a second thread's feed is refused */
 } Scanner;
+
+/* The GIL, held again (a no-op where it is held). */
+static void gil_hold(Scanner *s) {
+    if (s->released) {
+        PyEval_RestoreThread(s->released);
+        s->released = NULL;
+    }
+}
+
+/* The GIL, released (a no-op where it is). */
+static void gil_drop(Scanner *s) {
+    if (!s->released) s->released = PyEval_SaveThread();
+}
+
+/* Out of memory, with the GIL held again to say so; -1. */
+static int nomem(Scanner *s) {
+    gil_hold(s);
+    PyErr_NoMemory();
+    return -1;
+}
 
 static unsigned char DELIM[256], NUMERIC[256], WS[256], DIGIT[256];
 
@@ -306,6 +332,7 @@ static Py_ssize_t first_control(const unsigned char *b, Py_ssize_t n) {
 
 /* Errors: set a Python ValueError naming the document offset; return -1. */
 static int fail_at(Scanner *s, const char *at, const char *what) {
+    gil_hold(s);
     long long where = s->offset + (at - s->pending.data);
     PyErr_Format(PyExc_ValueError, "%s (at byte %lld)", what, where);
     return -1;
@@ -641,16 +668,15 @@ static int number(Cursor *c, double *out, int max_depth) {
 /* The keep mode of (ph, cat, name), asking Python once per distinct triple; -1 on error. */
 static int keep_mode(Scanner *s, unsigned char ph, int32_t cat, int32_t name) {
     uint64_t key = (((uint64_t)ph << 56) ^ ((uint64_t)(uint32_t)(cat + 1) << 28) ^ (uint64_t)(uint32_t)(name + 1)) + 1;
-    if ((s->cache.count + 1) * 2 > s->cache.cap && cache_grow(&s->cache) < 0) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if ((s->cache.count + 1) * 2 > s->cache.cap && cache_grow(&s->cache) < 0) return nomem(s);
     Py_ssize_t j = mix(key) & (s->cache.cap - 1);
     while (s->cache.keys[j]) {
         if (s->cache.keys[j] == key) return s->cache.modes[j];
         j = (j + 1) & (s->cache.cap - 1);
     }
     const char **pairs = (const char **)s->tokens.order.data;
+    int was_released = s->released != NULL;  /* asked once per distinct triple: rare */
+    gil_hold(s);
     PyObject *c = cat >= 0 ? PyBytes_FromStringAndSize(pairs[2 * cat], (Py_ssize_t)(intptr_t)pairs[2 * cat + 1])
                            : (Py_INCREF(Py_None), Py_None);
     PyObject *nm = name >= 0 ? PyBytes_FromStringAndSize(pairs[2 * name], (Py_ssize_t)(intptr_t)pairs[2 * name + 1])
@@ -670,6 +696,7 @@ static int keep_mode(Scanner *s, unsigned char ph, int32_t cat, int32_t name) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "keep() must return 0 to 4");
         return -1;
     }
+    if (was_released) gil_drop(s);
     s->cache.keys[j] = key;
     s->cache.modes[j] = (unsigned char)mode;
     s->cache.count++;
@@ -859,6 +886,7 @@ static int over_kept(Scanner *s) {
 }
 
 static int kept_failure(Scanner *s) {
+    gil_hold(s);
     PyErr_Format(PyExc_ValueError, "keeps more than the limit: %zd events so far", s->ph.len);
     return -1;
 }
@@ -988,10 +1016,7 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
                     }
                     Py_ssize_t before = s->tokens.count;
                     t = table_id(&s->tokens, &s->arena, tok, len);
-                    if (t == -2) {
-                        PyErr_NoMemory();
-                        return -1;
-                    }
+                    if (t == -2) return nomem(s);
                     if (s->tokens.count > before) {
                         s->token_bytes += len + TOKEN_OVERHEAD;
                         if (over_kept(s)) return kept_failure(s);
@@ -1082,23 +1107,17 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
         astart = s->args.len;
         /* a row whose taken values are odd keeps its args whole: the caller decodes them */
         int rc = (took_flags & TOOK_ODD) ? buf_push(&s->args, args, args_len) : keep_args(s, args, args + args_len);
-        if (rc < 0) return PyErr_NoMemory(), -1;
+        if (rc < 0) return nomem(s);
         alen = rc == 1 ? 0 : s->args.len - astart;
         if (!alen) astart = 0;
     }
     if (buf_push(&s->ph, &ph, 1) || buf_push(&s->cat, &cat, 4) || buf_push(&s->name, &name, 4) ||
         buf_push(&s->pid, &pid, 4) || buf_push(&s->tid, &tid, 4) || buf_push(&s->id, &id, 4) ||
         buf_push(&s->ts, &ts, 8) || buf_push(&s->dur, &dur, 8) || buf_push(&s->astart, &astart, 8) ||
-        buf_push(&s->alen, &alen, 8) || buf_push(&s->cond, &cond, 1)) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (s->n_take) {
-        if (buf_push(&s->took, slots, 8 * s->n_take) || buf_push(&s->took_flags, &took_flags, 4)) {
-            PyErr_NoMemory();
-            return -1;
-        }
-    }
+        buf_push(&s->alen, &alen, 8) || buf_push(&s->cond, &cond, 1))
+        return nomem(s);
+    if (s->n_take && (buf_push(&s->took, slots, 8 * s->n_take) || buf_push(&s->took_flags, &took_flags, 4)))
+        return nomem(s);
     if (over_kept(s)) return kept_failure(s);
     return 0;
 }
@@ -1180,12 +1199,15 @@ static int advance(Scanner *s, int final) {
                 goto need_more;
             }
             if (s->key_len >= 0) {
+                int was_released = s->released != NULL;
+                gil_hold(s);
                 PyObject *item = Py_BuildValue("(y#y#)", s->key, s->key_len, p, (Py_ssize_t)(e - p));
                 if (!item || PyList_Append(s->top, item) < 0) {
                     Py_XDECREF(item);
                     return -1;
                 }
                 Py_DECREF(item);
+                if (was_released) gil_drop(s);
             }
             p = e;
             s->state = S_MEMBER_SEP;
@@ -1268,21 +1290,29 @@ static PyObject *Scanner_feed(Scanner *s, PyObject *arg) {
         PyErr_SetString(PyExc_RuntimeError, "the scanner has finished");
         return NULL;
     }
+    if (s->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the scanner is feeding in another thread");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    s->busy = 1;
+    gil_drop(s);  /* the view's bytes stay ours until it is released */
     /* a control character other than whitespace is invalid JSON anywhere (in a string it
      * must be escaped): refused here, in one pass, as msgspec refuses it */
     Py_ssize_t bad_at = first_control(view.buf, view.len);
+    int rc = bad_at >= 0 ? 0 : buf_push(&s->pending, view.buf, view.len);
+    if (bad_at < 0 && rc == 0) rc = advance(s, 0) < 0 ? -2 : 0;
+    gil_hold(s);
+    s->busy = 0;
+    PyBuffer_Release(&view);
     if (bad_at >= 0) {
         long long where = s->offset + s->pending.len + bad_at;
-        PyBuffer_Release(&view);
         PyErr_Format(PyExc_ValueError, "invalid JSON: a control character (at byte %lld)", where);
         return NULL;
     }
-    int rc = buf_push(&s->pending, view.buf, view.len);
-    PyBuffer_Release(&view);
-    if (rc < 0) return PyErr_NoMemory();
-    if (advance(s, 0) < 0) return NULL;
+    if (rc == -1) return PyErr_NoMemory();
+    if (rc == -2) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1304,8 +1334,9 @@ static PyObject *bytes_of(Buf *b) {
 
 static PyObject *Scanner_finish(Scanner *s, PyObject *unused) {
     (void)unused;
-    if (s->finished) {
-        PyErr_SetString(PyExc_RuntimeError, "the scanner has finished");
+    if (s->finished || s->busy) {
+        PyErr_SetString(PyExc_RuntimeError, s->busy ? "the scanner is feeding in another thread"
+                                                     : "the scanner has finished");
         return NULL;
     }
     if (advance(s, 1) < 0) return NULL;

@@ -31,11 +31,13 @@ other          anything else (profiler spans, markers, counters)
 from __future__ import annotations
 
 import re
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from overlapscope.contract import names
 from overlapscope.contract.collectives import collective_kind
+
+if TYPE_CHECKING:  # NumPy is imported where used: the scan's keep() reads this module before NumPy loads
+    import numpy as np
 
 KINDS = (
     "compute", "comm", "memcpy", "memset", "sync", "gpu_annotation", "step", "comm_launch",
@@ -143,6 +145,8 @@ def _classify_pair(cat: str, name: str, gpu_trace: bool) -> str:
 
 def classify_pairs(cats: list[str], names: list[str], gpu_trace: bool) -> np.ndarray:
     """Kind code of each distinct (category, name) pair."""
+    import numpy as np
+
     return np.fromiter(
         (KIND_CODE[_classify_pair(c, n, gpu_trace)] for c, n in zip(cats, names)),
         dtype=np.int8,
@@ -152,6 +156,8 @@ def classify_pairs(cats: list[str], names: list[str], gpu_trace: bool) -> np.nda
 
 def aten_mask(names: list[str]) -> np.ndarray:
     """Per distinct name: does it name an ``aten::`` operator?"""
+    import numpy as np
+
     return np.fromiter((ATEN_OP.match(n) is not None for n in names), dtype=bool, count=len(names))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-NULL_I64 = -(2**63)  # sentinel for "no value" in int64 NumPy columns and msgspec defaults
+from overlapscope.analyzer.ingest.kineto import NULL_I64  # noqa: F401 (sentinel for "no value" in int64 columns)
 
 
 def _validity(mask: np.ndarray) -> pa.Buffer | None:

@@ -1,9 +1,10 @@
 """One trace file's events as columns (a Frame) for decode.py, from either decoder.
 
-- scan: the C extension ``_kineto_scan`` streams the decompressed file through a
-  scanner chunk by chunk; it keeps only the events the detail reads (``keep_mode``,
-  asked once per distinct phase, category and name) and their args where they are
-  read, so memory follows what is kept, not the file's size.
+- scan (``scan.py``): the C extension ``_kineto_scan`` streams the decompressed file
+  through a scanner chunk by chunk; it keeps only the events the detail reads
+  (``keep_mode``, asked once per distinct phase, category and name) and their args
+  where they are read, so memory follows what is kept, not the file's size;
+  ``from_scan`` turns its buffers into columns.
 - msgspec: a typed decode of the whole text into small structs, then the same
   selection; the fallback when the extension is not built (memory then follows
   the file's size, within the load's cap).
@@ -28,25 +29,18 @@ import msgspec
 import numpy as np
 
 from overlapscope.analyzer.errors import InputError
-from overlapscope.analyzer.ingest import classify, columns as col, stream
+from overlapscope.analyzer.ingest import classify, columns as col, scan, stream
 from overlapscope.analyzer.ingest.kineto import (
-    ARGS_KEYS, FLOW_TYPES, HEADER_DECODER, TAKEN_ARGS_DECODER, TRACE_DECODER, FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
+    FLOW_TYPES, HEADER_DECODER, TAKEN_ARGS_DECODER, TRACE_DECODER, FlowEnd, FlowStart, FlowStep, Instant, InstantUpper, Meta, Slice,
 )
-from overlapscope.analyzer.ingest.limits import ENV_MAX_KEPT_MB, Limits, mb
-
-try:
-    from overlapscope.analyzer.ingest import _kineto_scan
-except ImportError:  # not built (no compiler at install): msgspec does it all
-    _kineto_scan = None
+from overlapscope.analyzer.ingest.limits import Limits
+from overlapscope.analyzer.ingest.scan import (
+    FLOW_PH_CHARS, KNOWN_PH, SLICE_PH, Scanned, _kineto_scan, keep_mode, take_keys, token_value, too_much_kept,
+)
 
 _SLICE_TYPES = (Slice, Instant, InstantUpper)
 _FLOW_PH = {FlowStart: "s", FlowStep: "t", FlowEnd: "f"}
-HOST_ONLY_CATEGORIES = {"cpu_op", "python_function", "cpu_instant_event"}
-# The args the overlap detail reads: correlation ids of device work and runtime calls.
-_ARGS_AT_OVERLAP = set(classify.DEVICE_CATEGORIES) | classify.RUNTIME_CATEGORIES
 _EMPTY_ARGS = b"{}"
-KNOWN_PH = "XiIMstfBECbnePONDRcVv()"  # every Chrome-trace phase
-_SLICE_PH, _FLOW_PH_CHARS = "XIi", "stf"
 # Timestamps: int64 ns holds 9.2e15 us (292 years from the epoch); a duration over
 # 1e12 us (11.6 days) is no profiled event.
 MAX_TS_US = 9.0e15
@@ -89,20 +83,6 @@ class Frame:
     counts: dict = field(default_factory=dict)  # events, slices, flows, ignored, dropped {reason: n}, text_replaced
 
 
-# Args values read into columns while scanning, so that most events' args need no decoding:
-# (field, key, 'i' integer | 'f' float | 'p' present). An integer is a plain JSON integer
-# (outside int64: none, as columns._to_int reads it); a float a number or null; any other
-# value of these keys makes its row odd (decode.py decodes odd rows, with their errors).
-TAKE_KEYS = (("correlation", "correlation", "i"), ("external_id", "External id", "i"), ("stream", "stream", "i"),
-             ("device", "device", "i"), ("flops", "flops", "f"), ("collective", "Collective name", "p"))
-# What each detail reads of them (the overlap detail: the correlation of launches and kernels,
-# and which kernels name a collective); fewer keys, less memory per kept event.
-TAKEN_BY_DETAIL = {"overlap": ("correlation", "collective")}
-
-
-def take_keys(detail: str) -> tuple:
-    wanted = TAKEN_BY_DETAIL.get(detail)
-    return tuple(t for t in TAKE_KEYS if wanted is None or t[0] in wanted)
 _PLAIN_INT = re.compile(rb"-?(?:0|[1-9][0-9]*)")
 _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
@@ -150,28 +130,6 @@ def taken_of(raws: list, keys: tuple) -> tuple[dict, np.ndarray]:
             else:
                 odd[i] = True
     return took, odd
-
-
-def keep_mode(detail: str, ph: str, cat: str, name: str) -> int:
-    """What a load at ``detail`` keeps of events of (ph, cat, name): 0 nothing (counted),
-    1 the row, 2 the row and its args; 3 and 4 as 1 and 2 on CPU-only traces only
-    (their ops are the compute; on GPU traces host ops are kept only where read)."""
-    if ph == "M":
-        return 2
-    if ph in _FLOW_PH_CHARS:
-        return 1 if detail == "full" else 0
-    if ph not in _SLICE_PH or (ph == "i" and detail == "overlap"):
-        return 0
-    if detail == "full":
-        return 2
-    args = detail != "overlap" or cat in _ARGS_AT_OVERLAP
-    if cat in HOST_ONLY_CATEGORIES:
-        # Older PyTorch writes ProfilerStep#N as a cpu_op: always kept.
-        wanted = classify.PROFILER_STEP.match(name) is not None or (
-            detail == "attribution" and classify.needed_for_attribution(name))
-        if not wanted:
-            return 4 if args else 3
-    return 2 if args else 1
 
 
 def ts_ns(ts_us: np.ndarray) -> np.ndarray:
@@ -243,25 +201,15 @@ def _check_times(ph: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.nd
 
 # --- the C scanner -------------------------------------------------------------------------
 
-def _token_value(tok: bytes):
-    """A scanned token as Python: a string (quotes and escapes resolved) or a number."""
-    if tok[:1] == b'"':
-        return json.loads(tok) if b"\\" in tok else tok[1:-1].decode("utf-8", "replace")
-    try:
-        return int(tok)
-    except ValueError:
-        return float(tok)
-
-
 def _token_values(tokens: list, ids: list[int]) -> list:
-    """``_token_value`` of many tokens in one msgspec call (flow ids are one token each);
+    """``token_value`` of many tokens in one msgspec call (flow ids are one token each);
     token by token where one does not decode as JSON text (invalid UTF-8 is replaced)."""
     if len(ids) < 64:
-        return [_token_value(tokens[t]) for t in ids]
+        return [token_value(tokens[t]) for t in ids]
     try:
         return msgspec.json.decode(b"[" + b",".join([tokens[t] for t in ids]) + b"]")
     except msgspec.DecodeError:
-        return [_token_value(tokens[t]) for t in ids]
+        return [token_value(tokens[t]) for t in ids]
 
 
 def _dense(token_ids: np.ndarray, tokens: list, missing) -> tuple[np.ndarray, list]:
@@ -277,24 +225,7 @@ def _dense(token_ids: np.ndarray, tokens: list, missing) -> tuple[np.ndarray, li
     return remap[shifted].astype(np.int32), values
 
 
-def _scanner_keep(detail: str) -> Callable[[int, bytes | None, bytes | None], int]:
-    def keep(ph: int, cat: bytes | None, name: bytes | None) -> int:
-        if chr(ph) not in KNOWN_PH:
-            return 0  # refused after the scan, with the count (_check_phases)
-        cat_s = "" if cat is None else _token_value(cat)
-        name_s = "" if name is None else _token_value(name)
-        return keep_mode(detail, chr(ph), cat_s if isinstance(cat_s, str) else "",
-                         name_s if isinstance(name_s, str) else "")
-    return keep
-
-
-_KEPT_FAILURE = re.compile(r"keeps more than the limit: (\d+) events so far")
 ROW_BYTES = 53  # a kept row's column bytes in the scanner, without the taken values (_kineto_scan.c)
-
-
-def _too_much_kept(events: int, limits: Limits) -> str:
-    return (f"the events it keeps take more than {mb(limits.max_kept_bytes)} ({events:,} events so far), the limit "
-            f"for one trace (${ENV_MAX_KEPT_MB} raises it)")
 
 
 def _check_kept(rows: int, args_bytes: int, detail: str, where: str, limits: Limits) -> None:
@@ -302,7 +233,7 @@ def _check_kept(rows: int, args_bytes: int, detail: str, where: str, limits: Lim
     size, and the kept args (whole: the msgspec decoder does not trim them)."""
     keys = take_keys(detail)
     if rows * (ROW_BYTES + (8 * len(keys) + 4 if keys else 0)) + args_bytes > limits.max_kept_bytes:
-        raise InputError(where, _too_much_kept(rows, limits))
+        raise InputError(where, too_much_kept(rows, limits))
 
 
 def _check_phases(by_ph: np.ndarray, where: str) -> None:
@@ -317,22 +248,13 @@ def _check_phases(by_ph: np.ndarray, where: str) -> None:
         raise InputError(where, f"not a Kineto trace: events of unknown phase {', '.join(unknown)}")
 
 
-def from_scan(path: str, member: str | None, where: str, detail: str, limits: Limits) -> Frame:
-    """A Frame from the streaming C scanner."""
-    scanner = _kineto_scan.Scanner(_scanner_keep(detail), max_value_bytes=limits.max_value_bytes,
-                                   max_depth=limits.max_depth, max_tokens=limits.max_tokens,
-                                   args_keys=ARGS_KEYS[detail],
-                                   take_keys=[(key.encode(), kind) for _, key, kind in take_keys(detail)],
-                                   max_kept_bytes=limits.max_kept_bytes)
-    fixed: dict = {}
-    try:
-        for piece in stream.chunks(path, member, where, limits, fixed):
-            scanner.feed(piece)
-        scanned = scanner.finish()
-    except ValueError as err:
-        kept = _KEPT_FAILURE.match(str(err))
-        raise InputError(where, _too_much_kept(int(kept.group(1)), limits) if kept else str(err)) from None
-    del scanner
+def from_scan(path: str, member: str | None, where: str, detail: str, limits: Limits,
+              scanned: Scanned | None = None) -> Frame:
+    """A Frame from the streaming C scanner (``scan.scan``; ``scanned``: its result, when the
+    file was scanned already)."""
+    scanned = scanned or scan.scan(path, member, where, detail, limits)
+    fixed = {"text_replaced": scanned.text_replaced}
+    scanned = scanned.columns
     tokens = scanned["tokens"]
     by_ph = np.frombuffer(scanned["by_ph"], dtype=np.int64)
     _check_phases(by_ph, where)
@@ -343,19 +265,19 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     tid = np.frombuffer(scanned["tid"], dtype=np.int32)
     ts = np.frombuffer(scanned["ts"], dtype=np.float64)
     dur = np.frombuffer(scanned["dur"], dtype=np.float64)
-    n_slices = int(sum(by_ph[ord(c)] for c in _SLICE_PH))
-    n_flows = int(sum(by_ph[ord(c)] for c in _FLOW_PH_CHARS))
+    n_slices = int(sum(by_ph[ord(c)] for c in SLICE_PH))
+    n_flows = int(sum(by_ph[ord(c)] for c in FLOW_PH_CHARS))
     counts = {"events": scanned["n"], "slices": n_slices, "flows": n_flows,
               "ignored": int(scanned["n"] - n_slices - n_flows - by_ph[ord("M")]),
               "text_replaced": fixed.get("text_replaced", 0)}
 
-    timed = np.isin(ph, np.frombuffer((_SLICE_PH + _FLOW_PH_CHARS).encode(), dtype=np.uint8))
+    timed = np.isin(ph, np.frombuffer((SLICE_PH + FLOW_PH_CHARS).encode(), dtype=np.uint8))
     usable = np.ones(len(ph), dtype=bool)
     ok, dropped = _check_times(ph[timed], ts[timed], dur[timed])
     usable[np.flatnonzero(timed)[~ok]] = False
     counts["dropped"] = dropped
-    slice_rows = np.flatnonzero(np.isin(ph, np.frombuffer(_SLICE_PH.encode(), dtype=np.uint8)) & usable)
-    flow_rows = np.flatnonzero(np.isin(ph, np.frombuffer(_FLOW_PH_CHARS.encode(), dtype=np.uint8)) & usable)
+    slice_rows = np.flatnonzero(np.isin(ph, np.frombuffer(SLICE_PH.encode(), dtype=np.uint8)) & usable)
+    flow_rows = np.flatnonzero(np.isin(ph, np.frombuffer(FLOW_PH_CHARS.encode(), dtype=np.uint8)) & usable)
     meta_rows = np.flatnonzero(ph == ord("M"))
     if not n_slices:
         raise InputError(where, "not a Kineto trace: no complete (ph X) events")
@@ -394,9 +316,9 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
         flows = _flow_columns(where, tokens, ids, cat[flow_rows], ph[flow_rows], pid[flow_rows], tid[flow_rows],
                               ts_ns(ts[flow_rows]), track_keys)
     meta_events = [
-        MetaEvent(_token_value(tokens[name[r]]) if name[r] >= 0 else "",
-                  _token_value(tokens[pid[r]]) if pid[r] >= 0 else 0,
-                  _token_value(tokens[tid[r]]) if tid[r] >= 0 else 0,
+        MetaEvent(token_value(tokens[name[r]]) if name[r] >= 0 else "",
+                  token_value(tokens[pid[r]]) if pid[r] >= 0 else 0,
+                  token_value(tokens[tid[r]]) if tid[r] >= 0 else 0,
                   bytes(view[starts[r]:starts[r] + lengths[r]]) if lengths[r] else _EMPTY_ARGS)
         for r in meta_rows.tolist()
     ]
@@ -609,10 +531,10 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits, text_repl
 
 
 def frame(path: str, member: str | None, where: str, detail: str, limits: Limits,
-          use_scanner: bool = True) -> Frame:
-    """The columns of one trace file, read within ``limits``."""
-    if use_scanner and _kineto_scan is not None:
-        return from_scan(path, member, where, detail, limits)
+          use_scanner: bool = True, scanned: Scanned | None = None) -> Frame:
+    """The columns of one trace file, read within ``limits`` (``scanned``: its scan, done already)."""
+    if scanned is not None or (use_scanner and _kineto_scan is not None):
+        return from_scan(path, member, where, detail, limits, scanned)
     fixed: dict = {}
     data = stream.read_all(path, member, where, limits, fixed)
     return from_msgspec(data, where, detail, limits, fixed.get("text_replaced", 0))

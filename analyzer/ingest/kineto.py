@@ -22,7 +22,9 @@ import typing
 
 import msgspec
 
-from overlapscope.analyzer.ingest.columns import NULL_I64
+# The sentinel for "no value" in msgspec defaults and int64 NumPy columns (columns.py's too):
+# defined here, where nothing imports NumPy or Arrow (the scan starts before they load).
+NULL_I64 = -(2**63)
 
 _ABSENT = msgspec.Raw(b"")  # an optional raw field that is not there
 _NO_ARGS = msgspec.Raw(b"{}")  # events without args decode as an empty object
@@ -187,7 +189,7 @@ class OpArgs(msgspec.Struct, gc=False):
 
 
 class TakenArgs(msgspec.Struct, gc=False):
-    """The args values the C scanner reads while scanning (frames.TAKE_KEYS), raw: the
+    """The args values the C scanner reads while scanning (scan.TAKE_KEYS), raw: the
     msgspec decoder reads the same values the same way (frames.taken_of)."""
 
     correlation: msgspec.Raw = _ABSENT
@@ -233,7 +235,7 @@ def _encode_names(*structs) -> tuple[bytes, ...]:
     return tuple(sorted({f.encode_name.encode() for s in structs for f in msgspec.structs.fields(s)}))
 
 
-# The ids and FLOP counts the scanner reads into columns while scanning (frames.TAKE_KEYS):
+# The ids and FLOP counts the scanner reads into columns while scanning (scan.TAKE_KEYS):
 # kept out of the args text, except in a row where one is odd (that row keeps its args whole).
 _TAKEN = {b"correlation", b"External id", b"stream", b"device", b"flops"}
 

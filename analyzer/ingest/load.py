@@ -41,25 +41,16 @@ def decode_all(sources: list[TraceSource], detail: str = "full", workers: int | 
     """
     limits = limits or limits_from_env()
     return run_local(functools.partial(_decode, detail=detail, limits=limits), sources, workers=workers,
-                     on_done=on_decoded, while_waiting=while_waiting, fork_one=_small(sources))
-
-
-# One trace up to this size (compressed, as given) is decoded in a worker of its own while
-# this process opens the store: the store's import and schema (0.2 s) are then off the
-# critical path. A larger one decodes here: its decode dwarfs that, and a worker's
-# result would be held twice (the worker's and its copy here) while it is handed over.
-FORK_ONE_MAX_BYTES = 32 * 2**20
-
-
-def _small(sources: list[TraceSource]) -> bool:
-    from overlapscope.analyzer.ingest import files
-
-    return (len(sources) == 1 and sources[0].member is None and not files.is_uri(sources[0].path)
-            and files.size(sources[0].path) <= FORK_ONE_MAX_BYTES)
+                     on_done=on_decoded, while_waiting=while_waiting)
 
 
 def _decode(source: TraceSource, detail: str, limits: Limits) -> RankData:
     return decode_source(source, detail, True, limits)
+
+
+def decode_one(source: TraceSource, detail: str, limits: Limits, scanned) -> RankData:
+    """One rank's columns from its scan (``one.load_one``: scanned while this module loaded)."""
+    return decode_source(source, detail, True, limits, scanned)
 
 
 @dataclass
