@@ -283,20 +283,6 @@ class _CollectiveRows:
     def __init__(self):
         self.rows = {k: [] for k in _COLL_FIELDS}
 
-    def add(self, i, a, collective, sizes=(NULL, NULL)):
-        rows = self.rows
-        rows["event_id"].append(i)
-        rows["collective"].append(collective)
-        rows["in_elems"].append(a.in_elems)
-        rows["out_elems"].append(a.out_elems)
-        rows["group_size"].append(a.group_size)
-        rows["dtype"].append(a.dtype)
-        rows["pg_name"].append(a.pg_name)
-        rows["pg_desc"].append(a.pg_desc)
-        rows["pg_ranks"].append(bytes(a.pg_ranks).decode() if len(a.pg_ranks) else None)
-        rows["elements"].append(sizes[0])
-        rows["min_elements"].append(sizes[1])
-
     def extend(self, rows: list[int], args: list, collectives: list, dtypes: list, sizes: list) -> None:
         """Many rows at once (the comm launches of a trace: column by column, not row by row)."""
         out = self.rows
@@ -310,9 +296,12 @@ class _CollectiveRows:
         out["min_elements"] += [z[1] for z in sizes]
 
     def add_kernels(self, rows, dargs, names, name_codes) -> None:
-        """Collective kernels (and any kernel naming a collective): one Python step per collective."""
-        for i, a in zip(rows.tolist(), dargs):
-            self.add(i, a, a.collective or classify.kernel_collective(names[name_codes[i]]))
+        """Collective kernels (and any kernel naming a collective), column by column; the
+        collective a kernel's name says is read once per distinct name."""
+        codes = name_codes[rows].tolist()
+        named = {c: classify.kernel_collective(names[c]) for c in set(codes)}
+        self.extend(rows.tolist(), dargs, [a.collective or named[c] for a, c in zip(dargs, codes)],
+                    list(map(attrgetter("dtype"), dargs)), [(NULL, NULL)] * len(dargs))
 
 
 def _take(fr: Frame, cols: _Columns, rows: np.ndarray, fields: tuple[str, ...], decoder) -> None:
@@ -389,10 +378,12 @@ def _fill_args(fr: Frame, device_rows, host_rows, cols: _Columns, kind, names, n
 
 def _tracks(track_keys, track_codes, kind, is_device_cat, meta_evs) -> dict:
     n_tracks = len(track_keys)
+    # marked through the codes as they are (no np.unique: NumPy 2.4's imports numpy.ma on its
+    # first call, 14-22 ms in every worker)
     device_track = np.zeros(n_tracks, dtype=bool)
-    device_track[np.unique(track_codes[is_device_cat])] = True
+    device_track[track_codes[is_device_cat]] = True
     comm_track = np.zeros(n_tracks, dtype=bool)
-    comm_track[np.unique(track_codes[kind == KIND_CODE["comm"]])] = True
+    comm_track[track_codes[kind == KIND_CODE["comm"]]] = True
     comm_track &= ~device_track
     names = _track_names(meta_evs)
     kinds, labels = [], []
@@ -478,7 +469,8 @@ def _roles_table(names: list, name_codes, kind, detail: str) -> pa.Table:
     """The role of every distinct range name that attribution reads (none at the overlap detail)."""
     rows = []
     if detail != "overlap" and len(names):
-        ranged = np.unique(name_codes[np.isin(kind, [KIND_CODE[k] for k in _ROLE_KINDS])])
+        ranged = np.flatnonzero(np.bincount(name_codes[np.isin(kind, [KIND_CODE[k] for k in _ROLE_KINDS])],
+                                            minlength=len(names)))
         for code in ranged.tolist():
             role = classify.annotation_role(names[code])
             if role:
