@@ -24,23 +24,6 @@ def _engine():
     return engine
 
 
-def _map_run(paths: list[str], detail: str, workers: int | None, engine: str, ray_address: str | None,
-             limits=None, on_mapped=None):
-    """``engine.map_run``: a reduced store of the run at ``paths``. A run of one rank starts
-    scanning its file before the engine is imported (ingest/one.py: the imports run beside
-    the scan)."""
-    from overlapscope.analyzer.ingest import one
-    from overlapscope.analyzer.ingest.inputs import resolve
-    from overlapscope.analyzer.ingest.limits import from_env
-
-    limits = limits or from_env()
-    inputs = resolve(paths, limits)
-    if one.applies(inputs, engine):
-        return one.load_one(paths, inputs, detail, limits, on_decoded=on_mapped)
-    return _engine().map_run(paths, detail, workers, engine, ray_address, limits=limits, on_mapped=on_mapped,
-                             inputs=inputs)
-
-
 def analyze(paths: list[str], workers: int | None = None, engine: str = "local", ray_address: str | None = None,
             on_mapped=None, limits=None) -> dict:
     """Per-rank and per-step compute, comm, exposed comm, overlap % and idle time.
@@ -48,7 +31,7 @@ def analyze(paths: list[str], workers: int | None = None, engine: str = "local",
     Returns ``{"run", "headline", "ranks", "steps"}`` with times in ms. ``limits``: the
     input caps (ingest.limits; the CLI's and the environment's when None).
     """
-    mapped = _map_run(paths, "overlap", workers, engine, ray_address, limits=limits, on_mapped=on_mapped)
+    mapped = _engine().map_run(paths, "overlap", workers, engine, ray_address, limits=limits, on_mapped=on_mapped)
     return analyze_run(mapped.con, mapped.run_id)
 
 
@@ -116,7 +99,7 @@ def buckets(paths: list[str], workers: int | None = None, tokens: float | None =
     Returns ``run``, ``collectives``, ``summary``, ``steps``, ``model`` (per step:
     F, W, T, tokens to hide, verdict), ``measured`` and ``memory``.
     """
-    mapped = _map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
+    mapped = _engine().map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
     return buckets_run(mapped.con, mapped.run_id, tokens)
 
 
@@ -140,7 +123,7 @@ def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
 def diagnose(paths: list[str], workers: int | None = None, tokens: float | None = None, engine: str = "local",
              ray_address: str | None = None, on_mapped=None) -> dict:
     """The checklist: one finding per rule (failed first) with evidence from the trace."""
-    mapped = _map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
+    mapped = _engine().map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
     return diagnose_run(mapped.con, mapped.run_id, tokens)
 
 
@@ -183,7 +166,7 @@ def whatif(paths: list[str], changes=None, sweep: tuple | None = None, workers: 
     """The run replayed under ``changes`` (whatif.Changes): measured, replayed, predicted
     and the model's figures, memory per GPU and the terms per collective; with ``sweep``
     (name, [(value, Changes)]) one prediction per value (``sweep``)."""
-    mapped = _map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
+    mapped = _engine().map_run(paths, "attribution", workers, engine, ray_address, on_mapped=on_mapped)
     return whatif_run(mapped.con, mapped.run_id, changes, sweep)
 
 

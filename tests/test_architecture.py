@@ -159,12 +159,14 @@ def test_every_sql_script_declares_what_it_needs_and_makes():
 
 
 def test_no_script_reads_another_scripts_private_tables():
-    """Private tables (_xx_*) belong to the script that makes them; shared ones are declared."""
+    """Private tables, macros and variables (_xx_*) belong to the script that makes them;
+    shared ones are declared."""
     from overlapscope.analyzer import sql
 
     for name in sql.scripts():
         text = sql.text(name)
-        made = set(re.findall(r"CREATE OR REPLACE TEMP (?:TABLE|MACRO) (\w+)", text))
+        made = set(re.findall(r"CREATE OR REPLACE TEMP (?:TABLE|MACRO) (\w+)|SET VARIABLE (\w+)", text))
+        made = {m for pair in made for m in pair if m}
         used = set(re.findall(r"\b(_[a-z]{2}_\w+)", text))
         foreign = {u for u in used - made if not u.startswith("_sql")}
         assert not foreign, f"{name}.sql reads {sorted(foreign)}"

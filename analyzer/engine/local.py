@@ -37,17 +37,23 @@ def _native_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def prefork_imports() -> None:
+def prefork_imports(imports=None):
     """Import DuckDB before forking workers, where nothing has imported it yet, so that they
     inherit it instead of each importing it (0.1 s of CPU a worker, taken from the cores
     that decode). Importing starts no thread; a connection does: ``fork_is_safe`` then says
-    no (``database.connections_opened``, and the process's native threads)."""
-    global _PREFORK_THREADS
-    if "duckdb" in sys.modules or not fork_is_safe():
-        return
-    import duckdb  # noqa: F401 (nothing had imported it: no connection can be open)
+    no (``database.connections_opened``, and the process's native threads).
 
-    _PREFORK_THREADS = _native_threads()
+    ``imports()``: what imports DuckDB instead, with the rest the workers run, returning
+    once its own threads have ended (``scan.begin_beside``: in a thread of its own while
+    this one scans); what it returns is returned."""
+    global _PREFORK_THREADS
+    fresh = "duckdb" not in sys.modules and fork_is_safe()
+    out = imports() if imports else None
+    if fresh:
+        import duckdb  # noqa: F401 (nothing had imported it: no connection can be open)
+
+        _PREFORK_THREADS = _native_threads()
+    return out
 
 
 def fork_is_safe() -> bool:

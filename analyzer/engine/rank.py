@@ -18,16 +18,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from overlapscope.analyzer.ingest.consistency import claim
-from overlapscope.analyzer.ingest.decode import RankData, decode_source
 from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource
 from overlapscope.analyzer.engine.local import cpus
 from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest.limits import Limits
+
+if TYPE_CHECKING:  # imported where used: the map's parent scans its workers' first files while they load
+    import pyarrow as pa
+
+    from overlapscope.analyzer.ingest.decode import RankData
+    from overlapscope.analyzer.ingest.scan import Started
 
 RUN_ID = 1  # the run's id inside a rank's private store (the reduce gives the real one)
 # Stored per-rank tables of a rank's load, beside the rank scripts' results.
@@ -51,6 +55,10 @@ class RankTask:
     # map's parent (a temporary folder): the parent holds a few facts per rank while the
     # workers work, so its memory does not grow with the ranks mapped (None: sent back).
     results_dir: str | None = None
+    # The scan of the rank's file, begun in the map's parent while it imported what the
+    # workers run (engine.map_ranks): the forked worker goes on with it. Local engine only
+    # (it holds an open file: never pickled).
+    started: Started | None = None
 
 
 @dataclass
@@ -126,7 +134,10 @@ def map_group(tasks: list[RankTask], on_decoded=None) -> list[RankResult]:
     process's memory then (DuckDB holds them, within its budget, spilling beyond): a
     worker holds one decoded rank beside its store, whatever the group's size.
     ``on_decoded()`` is called as each rank is in the store."""
+    import pyarrow as pa
+
     from overlapscope.analyzer import sql
+    from overlapscope.analyzer.ingest.decode import decode_source
     from overlapscope.analyzer.store import database, runstore
 
     task = tasks[0]
@@ -138,7 +149,7 @@ def map_group(tasks: list[RankTask], on_decoded=None) -> list[RankResult]:
     con = None
     try:
         for t in tasks:
-            data = decode_source(t.source, t.detail, use_scanner=True, limits=t.limits)
+            data = decode_source(t.source, t.detail, use_scanner=True, limits=t.limits, scanned=t.started)
             claim(claims, data.meta)  # the store holds the group's ranks by rank: one file each
             if t.out_dir:
                 runstore.write_raw(t.out_dir, data.meta["rank"],

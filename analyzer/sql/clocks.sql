@@ -65,8 +65,10 @@ CREATE OR REPLACE TEMP TABLE _cl_clock AS
 SELECT rank, coalesce('host ' || hostname, 'rank ' || rank) AS clock
 FROM ranks WHERE run_id = getvariable('run_id');
 
-CREATE OR REPLACE TEMP TABLE _cl_ref AS
-SELECT rank, clock FROM _cl_clock ORDER BY rank LIMIT 1;
+-- the reference: the lowest loaded rank and its clock (variables, not a table: a scalar
+-- subquery in each statement below cost more to plan than the statement took to run)
+SET VARIABLE _cl_ref_rank = (SELECT min(rank) FROM _cl_clock);
+SET VARIABLE _cl_ref_clock = (SELECT clock FROM _cl_clock WHERE rank = getvariable('_cl_ref_rank'));
 
 CREATE OR REPLACE TEMP TABLE _cl_inst AS
 SELECT i.rank, i.ikey, i.cls, i.end_ns, c.clock FROM comm_instance i JOIN _cl_clock c USING (rank);
@@ -92,9 +94,9 @@ WHERE a.run_id = getvariable('run_id')
 CREATE OR REPLACE TEMP TABLE _cl_direct_src AS
 SELECT r.clock AS unit, f.clock AS via, r.cls, r.end_ns - f.end_ns AS d
 FROM _cl_inst r
-JOIN _cl_inst f ON f.ikey = r.ikey AND f.clock = (SELECT clock FROM _cl_ref)
+JOIN _cl_inst f ON f.ikey = r.ikey AND f.clock = getvariable('_cl_ref_clock')
 JOIN _cl_pairs p ON p.a = r.rank AND p.b = f.rank
-WHERE r.clock <> (SELECT clock FROM _cl_ref);
+WHERE r.clock <> getvariable('_cl_ref_clock');
 CREATE OR REPLACE TEMP TABLE _cl_direct AS
 SELECT unit AS clock, _cl_best(diff_ns, spread_ns, n, cls) AS diff_ns, _cl_best(n, spread_ns, n, cls) AS matched
 FROM _cl_shorth('_cl_direct_src') GROUP BY unit;
@@ -105,7 +107,7 @@ SELECT r.clock AS unit, x.clock AS via, r.cls, r.end_ns - x.end_ns AS d
 FROM _cl_inst r
 JOIN _cl_inst x ON x.ikey = r.ikey AND x.clock IN (SELECT clock FROM _cl_direct)
 JOIN _cl_pairs q ON q.a = r.rank AND q.b = x.rank
-WHERE r.clock NOT IN (SELECT clock FROM _cl_direct) AND r.clock <> (SELECT clock FROM _cl_ref);
+WHERE r.clock NOT IN (SELECT clock FROM _cl_direct) AND r.clock <> getvariable('_cl_ref_clock');
 CREATE OR REPLACE TEMP TABLE _cl_hop AS
 WITH pairs AS (
     SELECT unit, via, _cl_best(diff_ns, spread_ns, n, cls) AS diff_ns, _cl_best(n, spread_ns, n, cls) AS matched
@@ -122,10 +124,10 @@ SELECT c.rank,
             WHEN h.clock IS NOT NULL THEN -round(h.diff_ns)::BIGINT
             ELSE 0::BIGINT END AS clock_offset_ns,
        coalesce(d.matched, h.matched, 0) AS matched,
-       CASE WHEN c.clock = (SELECT clock FROM _cl_ref) THEN (SELECT clock FROM _cl_ref)
-            WHEN d.clock IS NOT NULL THEN (SELECT clock FROM _cl_ref) ELSE h.via END AS via,
-       CASE WHEN c.rank = (SELECT rank FROM _cl_ref) THEN 'reference'
-            WHEN c.clock = (SELECT clock FROM _cl_ref) THEN 'same host'
+       CASE WHEN c.clock = getvariable('_cl_ref_clock') THEN getvariable('_cl_ref_clock')
+            WHEN d.clock IS NOT NULL THEN getvariable('_cl_ref_clock') ELSE h.via END AS via,
+       CASE WHEN c.rank = getvariable('_cl_ref_rank') THEN 'reference'
+            WHEN c.clock = getvariable('_cl_ref_clock') THEN 'same host'
             WHEN d.clock IS NOT NULL OR h.clock IS NOT NULL THEN 'collectives'
             ELSE 'none' END AS basis
 FROM _cl_clock c
