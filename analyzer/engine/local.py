@@ -93,13 +93,14 @@ def die_with_parent() -> None:
         pass
 
 
-def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting=None) -> list:
+def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting=None, on_forked=None) -> list:
     """``[fn(item) for item in items]`` over worker processes (in order); the first error stops it.
 
     ``on_done(done, total)`` is called as each item finishes (a progress bar);
     ``while_waiting`` runs in this process while the workers work (with one worker: the
     items run here, then it). A run of one rank overlaps its store's opening with its
-    decode in threads instead (ingest/one.py).
+    decode in threads instead (ingest/one.py). ``on_forked(item)``: called here once the
+    item's worker is forked (what only the worker needs of it can go here then).
     """
     total = len(items)
     report = on_done or (lambda done, total: None)
@@ -112,10 +113,10 @@ def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting
         if while_waiting:
             while_waiting()
         return out
-    return _forked(fn, items, n, report, while_waiting)
+    return _forked(fn, items, n, report, while_waiting, on_forked)
 
 
-def _forked(fn, items: list, n: int, report, while_waiting) -> list:
+def _forked(fn, items: list, n: int, report, while_waiting, on_forked=None) -> list:
     """Each item in a worker process of its own, forked from this one, ``n`` at a time.
 
     A fresh worker per item (a group of ranks), not a pool's worker taking item after
@@ -137,6 +138,8 @@ def _forked(fn, items: list, n: int, report, while_waiting) -> list:
                 worker = ctx.Process(target=_worker, args=(fn, items[i], send), daemon=True)
                 worker.start()
                 send.close()
+                if on_forked:
+                    on_forked(items[i])
                 running[receive] = (i, worker)
             if while_waiting and not waited and not waiting:
                 # once every worker is forked: while_waiting opens a store, and no

@@ -149,6 +149,12 @@ class Started:
         self._scanner = None  # its buffers went to the columns
         return Scanned(columns, self._fixed.get("text_replaced", 0))
 
+    def close(self) -> None:
+        """This process's copy dropped, its file closed (a forked worker goes on with its own)."""
+        self._scanner = None
+        self._pieces.close()
+        self.done = True
+
     def _error(self, err: ValueError) -> InputError:
         kept = _KEPT_FAILURE.match(str(err))
         return InputError(self.where, too_much_kept(int(kept.group(1)), self.limits) if kept else str(err))
