@@ -216,66 +216,6 @@ def test_one_rank_is_scanned_while_the_analyzer_loads(tmp_path):
     assert probed["ranks"] == here["ranks"] and probed["steps"] == here["steps"]
 
 
-MAP_AHEAD_PROBE = """
-import os, sys
-from overlapscope.analyzer.ingest import scan
-
-begun, closed = [], []
-real_begin, real_close, real_finish = scan.begin_beside, scan.Started.close, scan.Started.finish
-
-def begin(files, detail, limits, meanwhile, whole=False):
-    heavy = sorted(m for m in ("numpy", "pyarrow", "duckdb") if m in sys.modules)
-    started, value = real_begin(files, detail, limits, meanwhile, whole)
-    begun.append([heavy, [os.path.basename(f[0]) for f in files], [s.done for s in started]])
-    for s in started:
-        s.begun_in_parent = True
-    return started, value
-
-def close(self):
-    closed.append(os.getpid())
-    real_close(self)
-
-def finish(self):  # in the worker that goes on with a begun scan
-    if getattr(self, "begun_in_parent", False):
-        with open(os.path.join(os.environ["PROBE_DIR"], str(os.getpid())), "a") as f:
-            f.write(os.path.basename(self.where) + "\\n")
-    return real_finish(self)
-
-scan.begin_beside, scan.Started.close, scan.Started.finish = begin, close, finish
-from overlapscope.cli import main
-status = main(sys.argv[1:])
-print("PROBE", begun, closed == [os.getpid()] * 2, status)
-"""
-
-
-def test_the_map_scans_its_workers_first_files_while_it_imports(tmp_path):
-    """Before the workers fork, the map's parent scans the start of each worker's first file
-    (nothing of NumPy, Arrow or DuckDB imported yet: a thread imports them meanwhile); each
-    worker goes on with its scan, the parent drops its copies once the workers have forked,
-    and the figures are those of the single store."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    bundle = SAMPLES / "hsdp_2x2"
-    out = subprocess.run([sys.executable, "-c", MAP_AHEAD_PROBE, "analyze", "--json", str(bundle), "--workers", "2"],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "PROBE_DIR": str(tmp_path)})
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.strip().splitlines()
-    (heavy, names, done), = eval(lines[-1].split(" ", 1)[1].rsplit(" ", 2)[0])  # noqa: S307 (our own probe's line)
-    # begun, and done where a file ends before the imports do (these samples are small)
-    assert heavy == [] and [n.split(".")[0] for n in names] == ["rank-0", "rank-2"] and len(done) == 2
-    assert lines[-1].endswith(" True 0"), lines[-1]  # the parent closed both, after forking
-    went_on = sorted(p.read_text().split() for p in tmp_path.iterdir())
-    assert [[n.split(".")[0] for n in w] for w in went_on] == [["rank-0"], ["rank-2"]]  # one worker each
-    probed = json.loads("\n".join(lines[:-1]))
-    single = load([str(bundle)], detail="overlap", workers=1)
-    here = api.analyze_run(single.con, single.run_id)
-    for key in ("ranks", "steps"):
-        _same(probed[key], here[key], key)
-
-
 def test_a_worker_hands_its_results_over_in_files_and_they_read_back_the_same(tmp_path):
     """With a results folder, a worker sends its parent the ranks' facts only (the map's
     parent holds no tables while the workers work); read back, the tables are the ones

@@ -17,11 +17,9 @@ groups run in the map's own process, one after another and as few as the budget 
 ``map_and_reduce`` is the map and the reduce together (the reduce's store opened while the
 workers map); ``map_run`` the whole route from paths to a reduced store.
 
-Importing this package imports neither NumPy, Arrow nor DuckDB: what the workers run is
-imported by a thread of the map's parent while the parent scans the start of the first
-file of each worker's first group (``_scan_ahead``: the second core works meanwhile; the
-forked workers go on with those scans and inherit the imports), and a run of one rank is
-scanned while the rest imports (``ingest/one.py``).
+Importing this package imports neither NumPy, Arrow nor DuckDB: the map imports what
+the workers run just before they fork (they inherit it), and a run of one rank is scanned
+while another thread imports the rest (``ingest/one.py``).
 """
 
 from __future__ import annotations
@@ -71,6 +69,8 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
     if engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     limits = limits or limits_from_env()
+    if engine == "local":
+        local.prefork_imports(_worker_imports)  # the workers inherit what they run
     # one worker where forking is unsafe: the groups then run here one after another
     # (local.run), as few as the budget allows, so the rank scripts' fixed cost (0.2-0.5 s
     # a group) is paid once, not per core
@@ -91,7 +91,6 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
                 # more groups than workers: results would pile up here while later groups
                 # run; in files they wait on disk (with one round they all arrive at the end)
                 groups = [[dataclasses.replace(t, results_dir=results_dir) for t in g] for g in groups]
-            groups = _scan_ahead(groups, n)  # and what the workers run imported: they inherit it
             sizes = [len(g) for g in groups]
             fn, done = map_or_collect_group, None
             if on_mapped and here:  # progress rank by rank, from inside the groups
@@ -102,10 +101,8 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
                 def done(k: int, _total: int) -> None:
                     on_mapped(sum(sizes[:k]), len(tasks))
 
-            if not here:
-                fn = functools.partial(_its_scans_only, fn, [t.started for g in groups for t in g if t.started])
-            results = [r for group in local.run(fn, groups, workers=n, on_done=done, while_waiting=while_waiting,
-                                                on_forked=_forked_group) for r in group]
+            results = [r for group in local.run(fn, groups, workers=n, on_done=done, while_waiting=while_waiting)
+                       for r in group]
     check_ranks(results, inputs.manifest, inputs.manifest_source)
     return sorted(results, key=lambda r: r.rank)
 
@@ -116,48 +113,6 @@ def _worker_imports() -> None:
     (DuckDB) and its files."""
     from overlapscope.analyzer.ingest import decode  # noqa: F401
     from overlapscope.analyzer.store import database, runstore  # noqa: F401
-
-
-def _scan_ahead(groups: list[list[RankTask]], n: int) -> list[list[RankTask]]:
-    """The groups, the files of the first ``n`` groups' first ranks scanned from the start
-    (``scan.Started``) while another thread imports what the workers run (0.2 s on one
-    core, the other idle before): each worker goes on from where its file's scan stopped.
-    On 4 ranks of 54 MB, about a third of each of two files is scanned by then."""
-    from overlapscope.analyzer.ingest import scan
-
-    from overlapscope.analyzer.ingest import files
-
-    # files on this machine's disks only: a file system behind a URI may run threads of its own
-    firsts = [g[0] for g in groups[:n]]
-    ahead = [i for i, t in enumerate(firsts) if not files.is_uri(t.source.path)]
-    if scan._kineto_scan is None or not ahead:
-        local.prefork_imports(_worker_imports)
-        return groups
-    begun = [(firsts[i].source.path, firsts[i].source.member, firsts[i].source.display) for i in ahead]
-    started, _ = local.prefork_imports(
-        lambda: scan.begin_beside(begun, firsts[0].detail, firsts[0].limits, _worker_imports))
-    out = list(groups)
-    for i, s in zip(ahead, started):
-        out[i] = [dataclasses.replace(groups[i][0], started=s), *groups[i][1:]]
-    return out
-
-
-def _its_scans_only(fn, begun: list, group: list[RankTask]):
-    """``fn(group)`` in a forked worker, the scans begun for the other groups dropped first:
-    a worker forked before the parent dropped them holds them too (18-32 MiB each)."""
-    mine = {id(t.started) for t in group}
-    for s in begun:
-        if id(s) not in mine:
-            s.close()
-    return fn(group)
-
-
-def _forked_group(group: list[RankTask]) -> None:
-    """Its worker forked: this process's copy of a scan begun for it goes (a third of a trace's
-    kept columns, 18-32 MiB on the reference trace; the worker goes on with its own)."""
-    for t in group:
-        if t.started is not None:
-            t.started.close()
 
 
 def map_and_reduce(inputs: Inputs, detail: str, workers: int | None = None, engine: str = "local",

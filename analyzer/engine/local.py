@@ -37,23 +37,21 @@ def _native_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def prefork_imports(imports=None):
+def prefork_imports(imports=None) -> None:
     """Import DuckDB before forking workers, where nothing has imported it yet, so that they
     inherit it instead of each importing it (0.1 s of CPU a worker, taken from the cores
     that decode). Importing starts no thread; a connection does: ``fork_is_safe`` then says
     no (``database.connections_opened``, and the process's native threads).
 
-    ``imports()``: what imports DuckDB instead, with the rest the workers run, returning
-    once its own threads have ended (``scan.begin_beside``: in a thread of its own while
-    this one scans); what it returns is returned."""
+    ``imports()``: what else the workers run, imported here too."""
     global _PREFORK_THREADS
     fresh = "duckdb" not in sys.modules and fork_is_safe()
-    out = imports() if imports else None
+    if imports:
+        imports()
     if fresh:
         import duckdb  # noqa: F401 (nothing had imported it: no connection can be open)
 
         _PREFORK_THREADS = _native_threads()
-    return out
 
 
 def fork_is_safe() -> bool:
@@ -93,14 +91,13 @@ def die_with_parent() -> None:
         pass
 
 
-def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting=None, on_forked=None) -> list:
+def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting=None) -> list:
     """``[fn(item) for item in items]`` over worker processes (in order); the first error stops it.
 
     ``on_done(done, total)`` is called as each item finishes (a progress bar);
     ``while_waiting`` runs in this process while the workers work (with one worker: the
     items run here, then it). A run of one rank overlaps its store's opening with its
-    decode in threads instead (ingest/one.py). ``on_forked(item)``: called here once the
-    item's worker is forked (what only the worker needs of it can go here then).
+    decode in threads instead (ingest/one.py).
     """
     total = len(items)
     report = on_done or (lambda done, total: None)
@@ -113,10 +110,10 @@ def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting
         if while_waiting:
             while_waiting()
         return out
-    return _forked(fn, items, n, report, while_waiting, on_forked)
+    return _forked(fn, items, n, report, while_waiting)
 
 
-def _forked(fn, items: list, n: int, report, while_waiting, on_forked=None) -> list:
+def _forked(fn, items: list, n: int, report, while_waiting) -> list:
     """Each item in a worker process of its own, forked from this one, ``n`` at a time.
 
     A fresh worker per item (a group of ranks), not a pool's worker taking item after
@@ -138,8 +135,6 @@ def _forked(fn, items: list, n: int, report, while_waiting, on_forked=None) -> l
                 worker = ctx.Process(target=_worker, args=(fn, items[i], send), daemon=True)
                 worker.start()
                 send.close()
-                if on_forked:
-                    on_forked(items[i])
                 running[receive] = (i, worker)
             if while_waiting and not waited and not waiting:
                 # once every worker is forked: while_waiting opens a store, and no

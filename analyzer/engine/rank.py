@@ -27,11 +27,10 @@ from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest.limits import Limits
 
-if TYPE_CHECKING:  # imported where used: the map's parent scans its workers' first files while they load
+if TYPE_CHECKING:  # imported where used: importing the engine loads neither NumPy, Arrow nor DuckDB
     import pyarrow as pa
 
     from overlapscope.analyzer.ingest.decode import RankData
-    from overlapscope.analyzer.ingest.scan import Started
 
 RUN_ID = 1  # the run's id inside a rank's private store (the reduce gives the real one)
 # Stored per-rank tables of a rank's load, beside the rank scripts' results.
@@ -55,10 +54,6 @@ class RankTask:
     # map's parent (a temporary folder): the parent holds a few facts per rank while the
     # workers work, so its memory does not grow with the ranks mapped (None: sent back).
     results_dir: str | None = None
-    # The scan of the rank's file, begun in the map's parent while it imported what the
-    # workers run (engine.map_ranks): the forked worker goes on with it. Local engine only
-    # (it holds an open file: never pickled).
-    started: Started | None = None
 
 
 @dataclass
@@ -149,7 +144,7 @@ def map_group(tasks: list[RankTask], on_decoded=None) -> list[RankResult]:
     con = None
     try:
         for t in tasks:
-            data = decode_source(t.source, t.detail, use_scanner=True, limits=t.limits, scanned=t.started)
+            data = decode_source(t.source, t.detail, use_scanner=True, limits=t.limits)
             claim(claims, data.meta)  # the store holds the group's ranks by rank: one file each
             if t.out_dir:
                 runstore.write_raw(t.out_dir, data.meta["rank"],

@@ -26,7 +26,7 @@ from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest.flops import FLOP_OPS, matmul_flops
 from overlapscope.analyzer.ingest.inputs import TraceSource, rank_from_name
 from overlapscope.analyzer.ingest.frames import Frame, frame
-from overlapscope.analyzer.ingest.scan import Scanned, Started
+from overlapscope.analyzer.ingest.scan import Scanned
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 from overlapscope.analyzer.ingest.kineto import (
     CORRELATION_DECODER, DEVICE_ARGS_DECODER, HOST_ARGS_DECODER, LAUNCH_DECODER, MEMORY_ARGS_DECODER, OP_ARGS_DECODER,
@@ -185,10 +185,10 @@ _OVERLAP_KINDS = ("compute", "comm", "memcpy", "memset", "sync", "step")
 
 
 def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool = True,
-                  limits: Limits | None = None, scanned: Scanned | Started | None = None) -> RankData:
+                  limits: Limits | None = None, scanned: Scanned | None = None) -> RankData:
     """Read, decode and classify one rank's trace file, keeping ``detail`` (see DETAILS),
     within ``limits`` (the defaults and the environment's when None); ``scanned``: the
-    file's scan (same detail and limits), done already (``scan.scan``) or begun (``scan.Started``)."""
+    file's scan (``scan.scan``, same detail and limits), when it was scanned already."""
     where = source.display
     limits = limits or limits_from_env()
     fr: Frame = frame(source.path, source.member, where, detail, limits, use_scanner, scanned)

@@ -35,8 +35,7 @@ from overlapscope.analyzer.ingest.kineto import (
 )
 from overlapscope.analyzer.ingest.limits import Limits
 from overlapscope.analyzer.ingest.scan import (
-    FLOW_PH_CHARS, KNOWN_PH, SLICE_PH, Scanned, Started, _kineto_scan, keep_mode, take_keys, token_value,
-    too_much_kept,
+    FLOW_PH_CHARS, KNOWN_PH, SLICE_PH, Scanned, _kineto_scan, keep_mode, take_keys, token_value, too_much_kept,
 )
 
 _SLICE_TYPES = (Slice, Instant, InstantUpper)
@@ -250,11 +249,9 @@ def _check_phases(by_ph: np.ndarray, where: str) -> None:
 
 
 def from_scan(path: str, member: str | None, where: str, detail: str, limits: Limits,
-              scanned: Scanned | Started | None = None) -> Frame:
+              scanned: Scanned | None = None) -> Frame:
     """A Frame from the streaming C scanner (``scan.scan``; ``scanned``: its result, when the
-    file was scanned already, or its scan begun, to go on with)."""
-    if isinstance(scanned, Started):
-        scanned = scanned.finish()
+    file was scanned already)."""
     scanned = scanned or scan.scan(path, member, where, detail, limits)
     fixed = {"text_replaced": scanned.text_replaced}
     scanned = scanned.columns
@@ -534,8 +531,8 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits, text_repl
 
 
 def frame(path: str, member: str | None, where: str, detail: str, limits: Limits,
-          use_scanner: bool = True, scanned: Scanned | Started | None = None) -> Frame:
-    """The columns of one trace file, read within ``limits`` (``scanned``: its scan, done or begun)."""
+          use_scanner: bool = True, scanned: Scanned | None = None) -> Frame:
+    """The columns of one trace file, read within ``limits`` (``scanned``: its scan, done already)."""
     if scanned is not None or (use_scanner and _kineto_scan is not None):
         return from_scan(path, member, where, detail, limits, scanned)
     fixed: dict = {}

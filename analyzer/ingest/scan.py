@@ -111,58 +111,22 @@ class Scanned:
     text_replaced: int
 
 
-class Started:
-    """A file's scan, begun: fed chunk by chunk (``step``) and finished (``finish``), so
-    that a map's parent can scan the start of its workers' first files while it imports
-    what they run, and the forked workers go on from there (``begin_beside``)."""
-
-    def __init__(self, path: str, member: str | None, where: str, detail: str, limits: Limits):
-        self.where, self.limits = where, limits
-        self._scanner = _kineto_scan.Scanner(
-            scanner_keep(detail), max_value_bytes=limits.max_value_bytes, max_depth=limits.max_depth,
-            max_tokens=limits.max_tokens, args_keys=ARGS_KEYS[detail],
-            take_keys=[(key.encode(), kind) for _, key, kind in take_keys(detail)],
-            max_kept_bytes=limits.max_kept_bytes)
-        self._fixed: dict = {}
-        self._pieces = stream.chunks(path, member, where, limits, self._fixed)
-        self.done = False
-
-    def step(self) -> bool:
-        """Feed the next chunk; False once the file has no more."""
-        if not self.done:
-            try:
-                self._scanner.feed(next(self._pieces))
-            except StopIteration:
-                self.done = True
-            except ValueError as err:
-                raise self._error(err) from None
-        return not self.done
-
-    def finish(self) -> Scanned:
-        """The rest of the file fed, the columns handed over."""
-        while self.step():
-            pass
-        try:
-            columns = self._scanner.finish()
-        except ValueError as err:
-            raise self._error(err) from None
-        self._scanner = None  # its buffers went to the columns
-        return Scanned(columns, self._fixed.get("text_replaced", 0))
-
-    def close(self) -> None:
-        """This process's copy dropped, its file closed (a forked worker goes on with its own)."""
-        self._scanner = None
-        self._pieces.close()
-        self.done = True
-
-    def _error(self, err: ValueError) -> InputError:
-        kept = _KEPT_FAILURE.match(str(err))
-        return InputError(self.where, too_much_kept(int(kept.group(1)), self.limits) if kept else str(err))
-
-
 def scan(path: str, member: str | None, where: str, detail: str, limits: Limits) -> Scanned:
     """One trace file through the C scanner, keeping what ``detail`` reads, within ``limits``."""
-    return Started(path, member, where, detail, limits).finish()
+    scanner = _kineto_scan.Scanner(scanner_keep(detail), max_value_bytes=limits.max_value_bytes,
+                                   max_depth=limits.max_depth, max_tokens=limits.max_tokens,
+                                   args_keys=ARGS_KEYS[detail],
+                                   take_keys=[(key.encode(), kind) for _, key, kind in take_keys(detail)],
+                                   max_kept_bytes=limits.max_kept_bytes)
+    fixed: dict = {}
+    try:
+        for piece in stream.chunks(path, member, where, limits, fixed):
+            scanner.feed(piece)
+        columns = scanner.finish()
+    except ValueError as err:
+        kept = _KEPT_FAILURE.match(str(err))
+        raise InputError(where, too_much_kept(int(kept.group(1)), limits) if kept else str(err)) from None
+    return Scanned(columns, fixed.get("text_replaced", 0))
 
 
 # While a scan runs beside another thread, how often a waiting thread gets the GIL (s):
@@ -171,17 +135,13 @@ def scan(path: str, member: str | None, where: str, detail: str, limits: Limits)
 SWITCH_INTERVAL_S = 2e-5
 
 
-def begin_beside(files: list[tuple[str, str | None, str]], detail: str, limits: Limits, meanwhile: Callable,
-                 whole: bool = False):
-    """Scan ``files`` (path, member, where) in this thread while ``meanwhile()`` runs in
-    another: (their Started scans, what ``meanwhile`` returned). The scanner releases the
-    GIL while it parses, so ``meanwhile`` (importing NumPy, Arrow, DuckDB and the analyzer:
-    0.2-0.3 s) runs on another core instead of before any scan. The files take a chunk each
-    in turn until ``meanwhile`` is done (``whole``: until they are scanned to the end).
-    Where other threads run already (a server), nothing runs beside: the switch interval is
-    the whole process's; the files are scanned first where ``whole`` (a bad file then costs
-    no store: ``meanwhile`` may open one), else not at all. Errors: ``meanwhile``'s is
-    raised after the scans'."""
+def scan_beside(path: str, member: str | None, where: str, detail: str, limits: Limits, meanwhile: Callable):
+    """``scan`` of one file in this thread while ``meanwhile()`` runs in another: (Scanned,
+    what ``meanwhile`` returned). The scanner releases the GIL while it parses, so
+    ``meanwhile`` (importing NumPy, Arrow, DuckDB and the analyzer, opening a store: 0.2-0.3 s)
+    runs on another core instead of before the scan. Where other threads run already (a
+    server), nothing runs beside (the switch interval is the whole process's): the scan
+    first, so that a bad file costs no store. ``meanwhile``'s error is raised after the scan's."""
     out: dict = {}
 
     def run() -> None:
@@ -190,11 +150,8 @@ def begin_beside(files: list[tuple[str, str | None, str]], detail: str, limits: 
         except BaseException as err:  # noqa: BLE001 (raised in the caller's thread)
             out["error"] = err
 
-    started = [Started(path, member, where, detail, limits) for path, member, where in files]
     if threading.active_count() > 1:
-        for s in started if whole else ():
-            while s.step():
-                pass
+        scanned = scan(path, member, where, detail, limits)
         run()
     else:
         interval = sys.getswitchinterval()
@@ -202,19 +159,10 @@ def begin_beside(files: list[tuple[str, str | None, str]], detail: str, limits: 
         helper = threading.Thread(target=run, name="overlapscope-prepare", daemon=True)
         helper.start()
         try:
-            pending = list(started)
-            while pending and (whole or helper.is_alive()):
-                pending = [s for s in pending if s.step()]
+            scanned = scan(path, member, where, detail, limits)
         finally:
             helper.join()
             sys.setswitchinterval(interval)
     if "error" in out:
         raise out["error"]
-    return started, out["value"]
-
-
-def scan_beside(path: str, member: str | None, where: str, detail: str, limits: Limits, meanwhile: Callable):
-    """``scan`` of one file while ``meanwhile()`` runs in another thread (``begin_beside``):
-    (Scanned, what it returned)."""
-    (started,), value = begin_beside([(path, member, where)], detail, limits, meanwhile, whole=True)
-    return started.finish(), value
+    return scanned, out["value"]
