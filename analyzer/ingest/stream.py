@@ -25,8 +25,9 @@ except ImportError:  # pragma: no cover - isal is a dependency, but stay usable 
     import gzip as _gzip
     _GzipError = zlib.error
 
-CHUNK_BYTES = 4 << 20  # small: the scanner keeps the unparsed tail of one chunk; not too small: the scan
-# takes the GIL between chunks (scan.scan_beside: 1 MiB chunks made its waits 4x as many)
+CHUNK_BYTES = 1 << 20  # small: the scanner keeps the unparsed tail of one chunk (and a server's
+# allocator keeps what a chunk's text repairs took: 4 MiB chunks left 22 MiB more behind 4
+# refused uploads); scan.scan_beside asks for larger ones
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -55,10 +56,11 @@ def _magic(raw) -> bytes:
     return head
 
 
-def chunks(path: str, member: str | None, where: str, limits: Limits, fixed: dict | None = None) -> Iterator[bytes]:
+def chunks(path: str, member: str | None, where: str, limits: Limits, fixed: dict | None = None,
+           chunk_bytes: int | None = None) -> Iterator[bytes]:
     """The decompressed bytes of one trace file, chunk by chunk; at most ``limits.max_trace_bytes``.
     Text that is no Unicode is repaired on the way (``textfix``); ``fixed["text_replaced"]``
-    counts the replacements."""
+    counts the replacements. ``chunk_bytes``: the chunks' size (``CHUNK_BYTES`` when None)."""
     total = 0
     text = TextFix()
     try:
@@ -69,7 +71,7 @@ def chunks(path: str, member: str | None, where: str, limits: Limits, fixed: dic
                 packed = files.size(path)
             ratio_cap = None if packed is None else max(RATIO_FLOOR_BYTES, limits.max_ratio * packed)
             while True:
-                piece = stream.read(CHUNK_BYTES)
+                piece = stream.read(chunk_bytes or CHUNK_BYTES)
                 if not piece:
                     break
                 total += len(piece)
