@@ -70,7 +70,8 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     limits = limits or limits_from_env()
     if engine == "local":
-        local.prefork_imports(_worker_imports)  # the workers inherit what they run
+        local.prefork_imports()  # the workers inherit DuckDB (imported first: its state is noted)
+        _worker_imports()  # and what else they run
     # one worker where forking is unsafe: the groups then run here one after another
     # (local.run), as few as the budget allows, so the rank scripts' fixed cost (0.2-0.5 s
     # a group) is paid once, not per core
@@ -121,13 +122,13 @@ def map_and_reduce(inputs: Inputs, detail: str, workers: int | None = None, engi
     """``map_ranks`` and the reduce: the reduce's store opens while the workers map
     (``ReduceStore``), and takes their results. Returns (connection, run id, results);
     ``source``: the run's name and source in that store (the input paths)."""
+    from overlapscope.analyzer.engine.reduce import reduce_results
+
     # ingest's reduce spills inside its staging folder (the catalog's disk, swept after a crash)
     store = ReduceStore(os.path.join(out_dir, ".spill", "reduce") if out_dir else None)
     try:
         results = map_ranks(inputs, detail, workers, engine, ray_address, out_dir=out_dir, limits=limits,
                             on_mapped=on_mapped, while_waiting=store.open, results_dir=results_dir)
-        from overlapscope.analyzer.engine.reduce import reduce_results  # Arrow: imported by the map meanwhile
-
         con, run_id = reduce_results(results, source, source, inputs.manifest, inputs.manifest_text,
                                      con=store.take())
     finally:

@@ -37,21 +37,17 @@ def _native_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def prefork_imports(imports=None) -> None:
+def prefork_imports() -> None:
     """Import DuckDB before forking workers, where nothing has imported it yet, so that they
     inherit it instead of each importing it (0.1 s of CPU a worker, taken from the cores
     that decode). Importing starts no thread; a connection does: ``fork_is_safe`` then says
-    no (``database.connections_opened``, and the process's native threads).
-
-    ``imports()``: what else the workers run, imported here too."""
+    no (``database.connections_opened``, and the process's native threads)."""
     global _PREFORK_THREADS
-    fresh = "duckdb" not in sys.modules and fork_is_safe()
-    if imports:
-        imports()
-    if fresh:
-        import duckdb  # noqa: F401 (nothing had imported it: no connection can be open)
+    if "duckdb" in sys.modules or not fork_is_safe():
+        return
+    import duckdb  # noqa: F401 (nothing had imported it: no connection can be open)
 
-        _PREFORK_THREADS = _native_threads()
+    _PREFORK_THREADS = _native_threads()
 
 
 def fork_is_safe() -> bool:

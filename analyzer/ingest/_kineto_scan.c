@@ -274,7 +274,7 @@ typedef struct {
     Py_ssize_t n_take;
     Buf took, took_flags;
     /* feed() parses without the GIL, so that another thread runs Python meanwhile (the
-     * imports and the store of a one-rank analysis: engine.early); what calls into
+     * imports and the store of a one-rank analysis: ingest/one.py); what calls into
      * Python (the keep callback, errors, top-level members) takes it back first */
     PyThreadState *released;  /* non-NULL while the GIL is released */
     int busy;                 /* inside feed(): a second thread's feed is refused */

@@ -48,11 +48,6 @@ def _decode(source: TraceSource, detail: str, limits: Limits) -> RankData:
     return decode_source(source, detail, True, limits)
 
 
-def decode_one(source: TraceSource, detail: str, limits: Limits, scanned) -> RankData:
-    """One rank's columns from its scan (``one.load_one``: scanned while this module loaded)."""
-    return decode_source(source, detail, True, limits, scanned)
-
-
 @dataclass
 class Decoded:
     """A run decoded and checked, not stored yet: what ``store`` inserts in one transaction."""

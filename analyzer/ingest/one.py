@@ -41,26 +41,31 @@ def load_one(paths: list[str], inputs: Inputs, detail: str, limits: Limits, on_d
     beside = _store_beside(source.path, source.member)
     opened: dict = {}
 
-    def prepare():  # in another thread, while this one scans
-        from overlapscope.analyzer.ingest import load  # the decoder: NumPy, Arrow, msgspec
+    def open_store() -> None:
         from overlapscope.analyzer.store import database
 
+        opened["con"] = database.connect()
+
+    def prepare() -> None:  # in another thread, while this one scans
+        from overlapscope.analyzer.ingest import decode, load  # noqa: F401 (NumPy, Arrow, msgspec, the store)
+
         if beside:
-            opened["con"] = database.connect()
-        return load
+            open_store()
 
     try:
-        scanned, load = scan.scan_beside(source.path, source.member, source.display, detail, limits, prepare)
-        data = load.decode_one(source, detail, limits, scanned)
+        scanned, _ = scan.scan_beside(source.path, source.member, source.display, detail, limits, prepare)
+        from overlapscope.analyzer.ingest import load
+        from overlapscope.analyzer.ingest.consistency import check_ranks
+        from overlapscope.analyzer.ingest.decode import decode_source
+
+        data = decode_source(source, detail, True, limits, scanned)
         del scanned
         if on_decoded:
             on_decoded(1, 1)
         if not beside:
-            from overlapscope.analyzer.store import database
-
-            opened["con"] = database.connect()
+            open_store()
         decoded = load.Decoded(inputs, [data], " ".join(paths))
-        load.check_ranks(decoded.ranks, inputs.manifest, inputs.manifest_source)
+        check_ranks(decoded.ranks, inputs.manifest, inputs.manifest_source)
         run_id = load.store(opened["con"], decoded)
     except BaseException:
         if "con" in opened:
