@@ -18,7 +18,8 @@ Inputs (built once under ``.bench/inputs`` from the reference trace
 
 ``--before DIR`` also times an earlier overlapscope in the same run: a checkout of
 it (``git worktree add DIR <commit>``, its C scanner built in place), run from DIR
-as that version's top-level ``analyzer`` package. Every process runs with Python's
+as the package ``overlapscope`` (a link to DIR in ``.bench/before-path``, ahead of this
+checkout on the path). Every process runs with Python's
 bytecode cache (as an installed package does; PYTHONDONTWRITEBYTECODE is unset).
 
 Usage: python benchmarks/bench_analyze.py [--repeat N] [--skip-large] [--hta-python PY] [--before DIR]
@@ -145,8 +146,14 @@ def main() -> int:
 
     paths = build_inputs()
     names = ["one", "four", "eight"] + ([] if args.skip_large else ["large"])
-    before = ([sys.executable, "-c", "import sys; from analyzer.cli import main; sys.exit(main(sys.argv[1:]))",
-               "analyze", "--json"] if args.before else None)
+    before = [sys.executable, "-m", "overlapscope.cli", "analyze", "--json"] if args.before else None
+    if before:  # the checkout as the package overlapscope, ahead of this one (the editable finder comes last)
+        before_path = BENCH / "before-path"
+        before_path.mkdir(parents=True, exist_ok=True)
+        link = before_path / "overlapscope"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(Path(args.before).resolve())
     overlapscope = [sys.executable, "-m", "overlapscope.cli", "analyze", "--json"]
     hta = [args.hta_python, "-c", HTA_SCRIPT] if Path(args.hta_python).exists() else None
     if hta is None:
@@ -170,8 +177,8 @@ def main() -> int:
         else:
             line += f"{'-':>7} {'-':>7} | {'-':>7} {'-':>9} | {ours_pct}"
         if before:
-            before_s, before_mb, _ = bench(before + [str(path.resolve())], repeat, {"PYTHONPATH": args.before},
-                                           cwd=args.before)
+            before_s, before_mb, _ = bench(before + [str(path.resolve())], repeat,
+                                           {"PYTHONPATH": str(BENCH / "before-path")}, cwd=args.before)
             head, _, tail = line.rpartition("| ")
             line = f"{head}| {before_s:>8.2f} {before_mb:>9.0f} | {tail}"
         print(line, flush=True)

@@ -102,3 +102,47 @@ def test_covered_part_through_cumulative_lookups(con, cover_raw, probe_raw):
         want = intersection([[Decimal(s), Decimal(s + d)]], [[Decimal(a), Decimal(b)] for a, b in
                                                                  union(cover.get(g, []))])
         assert got[i] == want, (g, s, d)
+
+
+def weights_ref(rows):
+    """interval_weights in plain Python: per group, every elementary segment between the
+    group's first and last edge with the summed weights of the intervals running through it."""
+    out = {}
+    for g in {r[0] for r in rows if r[2] > r[1]}:
+        ivs = [r for r in rows if r[0] == g and r[2] > r[1]]
+        edges = sorted({t for _, s, e, _, _ in ivs for t in (s, e)})
+        out[g] = [(s, e, sum(a for _, x, y, a, _ in ivs if x <= s and e <= y), sum(b for _, x, y, _, b in ivs
+                                                                                  if x <= s and e <= y))
+                  for s, e in zip(edges, edges[1:])]
+    return out
+
+
+def check_weights(con, rows):
+    con.execute("CREATE OR REPLACE TEMP TABLE wsrc (grp BIGINT, ts_ns BIGINT, end_ns BIGINT, a HUGEINT, b HUGEINT)")
+    if rows:
+        con.executemany("INSERT INTO wsrc VALUES (?, ?, ?, ?, ?)", rows)
+    got = {}
+    for g, s, e, a, b in con.sql("SELECT * FROM interval_weights('wsrc') ORDER BY grp, ts_ns").fetchall():
+        got.setdefault(g, []).append((s, e, a, b))
+    assert got == weights_ref(rows)
+
+
+def test_weights_by_hand(con):
+    big = 2**84  # a weight's top field, as overlap.sql packs counts
+    check_weights(con, [
+        (1, 0, 10, 1, 0), (1, 5, 15, 1, big), (1, 10, 12, 2**42, 0),  # overlap; touching at 10
+        (1, 20, 30, 1, 0), (1, 20, 20, 7, 7),  # a gap (a segment of zero weight), a zero-length interval
+        (2, -5, 5, big, 1), (2, -5, 5, big, 1),  # equal intervals, negative times
+    ])
+    con.execute("CREATE OR REPLACE TEMP TABLE wsrc (grp BIGINT, ts_ns BIGINT, end_ns BIGINT, a HUGEINT, b HUGEINT)")
+    con.executemany("INSERT INTO wsrc VALUES (?, ?, ?, ?, ?)", [(1, 0, 10, 1, 0), (1, 5, 15, 1, 2**84),
+                                                               (1, 10, 12, 2**42, 0)])
+    assert con.sql("SELECT ts_ns, end_ns, a, b FROM interval_weights('wsrc') ORDER BY ts_ns").fetchall() == [
+        (0, 5, 1, 0), (5, 10, 2, 2**84), (10, 12, 1 + 2**42, 2**84), (12, 15, 1, 2**84)]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.integers(-2, 2), st.integers(-100, 100), st.integers(0, 60), st.integers(0, 3),
+                          st.integers(0, 3)), max_size=40))
+def test_weights_sum_what_runs_in_each_segment(con, raw):
+    check_weights(con, [(g, s, s + d, a, b) for g, s, d, a, b in raw])

@@ -223,3 +223,21 @@ def test_aten_ops_on_the_comm_thread_are_not_compute(tmp_path):
     r = only_rank(run(tmp_path, t))
     assert r["compute_ms"] == 0
     assert r["exposed_comm_ms"] == pytest.approx(50 * US)
+
+
+def test_overlapping_step_windows_stop_the_sweep(tmp_path):
+    # overlap.sql's sweep gives each elementary segment one window; steps.sql makes windows
+    # that tile the timeline, and a store whose windows overlap is refused, never misread
+    import duckdb
+
+    from overlapscope.analyzer import sql
+    from overlapscope.analyzer.ingest.load import load
+
+    t = GpuTrace().step(1, 0, 100).step(2, 100, 100).kernel(0, 150, step=1).kernel(150, 40, step=2)
+    loaded = load([write(t, tmp_path / "rank-0.json")], detail="overlap", workers=1)
+    sql.ensure(loaded.con, "steps", run_id=loaded.run_id)
+    sql.ensure(loaded.con, "overlap", run_id=loaded.run_id)  # as built: fine
+    loaded.con.execute("UPDATE steps SET window_end_ns = window_end_ns + 10 WHERE step = 1")
+    loaded.con.execute("DELETE FROM _sql_done WHERE script = 'overlap'")  # run it again on these steps
+    with pytest.raises(duckdb.Error, match="step windows overlap on rank 0"):
+        sql.ensure(loaded.con, "overlap", run_id=loaded.run_id)

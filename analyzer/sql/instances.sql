@@ -34,12 +34,7 @@ SELECT rank, event_id, step, ts_ns, end_ns, dur_ns, hash(what, pg) AS cls,
             row_number() OVER (PARTITION BY rank, step, what, pg ORDER BY ts_ns, event_id)) AS ikey
 FROM t;
 
--- comm_compute: compute_union intersected with the rank's transfers: the elementary segments
--- of a sweep over both (interval_sweep; sorting once, where a range join of two large sets
--- of pieces would compare many pairs) where a transfer (layer 0) and compute (layer 1) run.
-CREATE OR REPLACE TEMP TABLE _in_sweep_src AS
-SELECT rank AS grp, ts_ns, end_ns, 0 AS layer FROM comm_instance
-UNION ALL
-SELECT rank, ts_ns, end_ns, 1 FROM compute_union;
+-- comm_compute: compute_union inside the rank's transfers. Its pieces are split wherever a
+-- transfer starts or ends (overlap.sql's sweep), so a piece is inside one or outside all.
 CREATE OR REPLACE TEMP TABLE comm_compute AS
-SELECT grp AS rank, ts_ns, end_ns FROM interval_sweep('_in_sweep_src') WHERE n0 > 0 AND n1 > 0;
+SELECT rank, ts_ns, end_ns FROM compute_union WHERE in_comm;

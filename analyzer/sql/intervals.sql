@@ -14,6 +14,8 @@
 --   subtraction   interval_intersect(a, interval_gaps(b, hull of a)): a minus b
 --   sweep         interval_sweep(src)            elementary segments with how many intervals of
 --                                                each layer run in them
+--                 interval_weights(src)          elementary segments with the sums of the weights
+--                                                of the intervals that run in them
 -- Macro arguments are table or view names (strings).
 
 -- interval_union(src): the union of each group's intervals as islands.
@@ -138,3 +140,24 @@ WITH edges AS (
     FROM points
 )
 SELECT grp, ts_ns, end_ns, n0, n1 FROM running WHERE end_ns IS NOT NULL;
+
+-- interval_weights(src): the elementary segments between a group's first and last edge,
+-- each with a and b, the sums of the weights a and b (HUGEINT) of the group's intervals
+-- that run through it (zero where none does). src: grp, ts_ns, end_ns, a, b. Returns grp,
+-- ts_ns, end_ns, a, b (zero-length intervals and segments are left out). One sort and a
+-- running sum per weight, each sum costing about as much as the sort (measured): a caller
+-- that counts several kinds of interval packs their counts into a weight's bit fields
+-- (overlap.sql), as a count never goes below zero nor beyond the intervals counted.
+-- Edges at one time: the last of them carries the segment after it, with every edge at
+-- that time summed (the others make zero-length segments, left out).
+CREATE OR REPLACE MACRO interval_weights(src) AS TABLE
+WITH edge AS (
+    SELECT grp, ts_ns AS t, a, b FROM query_table(src) WHERE end_ns > ts_ns
+    UNION ALL
+    SELECT grp, end_ns, -a, -b FROM query_table(src) WHERE end_ns > ts_ns
+), swept AS (
+    SELECT grp, t AS ts_ns, lead(t) OVER w AS end_ns, sum(a) OVER w AS a, sum(b) OVER w AS b
+    FROM edge
+    WINDOW w AS (PARTITION BY grp ORDER BY t ROWS UNBOUNDED PRECEDING)
+)
+SELECT grp, ts_ns, end_ns, a, b FROM swept WHERE end_ns > ts_ns;
