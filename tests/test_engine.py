@@ -391,3 +391,30 @@ def test_ingests_reduce_spills_inside_its_staging_folder(tmp_path, monkeypatch):
         assert (prepared.staging.path / ".spill").is_dir()  # DuckDB creates only the last folder
     finally:
         prepared.discard()
+
+
+def test_rank_rows_of_a_large_run_go_in_by_the_statement_not_by_the_row():
+    # 600 ranks: three INSERTs of up to ROWS_PER_INSERT rows; every field lands on its rank,
+    # a NULL beside a value in one column included
+    from types import SimpleNamespace
+
+    from overlapscope.analyzer.store import database
+
+    def rank(r):
+        meta = {"rank": r, "file": f"rank-{r}.json", "rank_source": "distributedInfo", "world_size": 600,
+                "backend": "nccl", "nccl_version": None if r % 2 else "2.18", "device_kind": "gpu",
+                "device_names": ["A100"] * (r % 3) or None, "device_memory_bytes": 80 << 30, "hostname": f"node{r // 8}",
+                "base_time_ns": 1_669_783_687_384_669_000 + r, "pg_config": None}
+        return SimpleNamespace(meta=meta, counts={"events": 1000 + r, "dropped": {"no ts": r} if r == 7 else {}})
+
+    con = database.connect()
+    database.insert_run_rows(con, 1, [rank(r) for r in range(600)], "big", "paths",
+                             clock_offsets_ns={5: -42})
+    got = con.sql("SELECT rank, file, nccl_version, device_names, hostname, base_time_ns, events, clock_offset_ns, "
+                  "dropped_events FROM ranks ORDER BY rank").fetchall()
+    assert len(got) == 600 and database.ROWS_PER_INSERT < 600
+    for r, row in enumerate(got):
+        assert row[:7] == (r, f"rank-{r}.json", None if r % 2 else "2.18", ["A100"] * (r % 3) or None, f"node{r // 8}",
+                           1_669_783_687_384_669_000 + r, 1000 + r)
+        assert row[7] == (-42 if r == 5 else 0)
+    assert got[7][8] == '{"no ts": 7}'

@@ -29,6 +29,12 @@ def applies(inputs: Inputs, engine: str) -> bool:
 STORE_BESIDE_MAX_BYTES = 32 * 2**20
 
 
+# DuckDB splits work by row groups of 122,880 rows: a rank that keeps fewer events gives a
+# second thread nothing to do but wait (the rank scripts of the reference trace, 22k rows:
+# 55 ms at one thread, 65 ms at two; measured).
+ONE_THREAD_MAX_ROWS = 122_880
+
+
 def _store_beside(path: str, member: str | None) -> bool:
     from overlapscope.analyzer.ingest import files
 
@@ -64,6 +70,8 @@ def load_one(paths: list[str], inputs: Inputs, detail: str, limits: Limits, on_d
             on_decoded(1, 1)
         if not beside:
             open_store()
+        if data.events.num_rows < ONE_THREAD_MAX_ROWS:
+            opened["con"].execute("SET threads = 1")
         decoded = load.Decoded(inputs, [data], " ".join(paths))
         check_ranks(decoded.ranks, inputs.manifest, inputs.manifest_source)
         run_id = load.store(opened["con"], decoded)

@@ -105,11 +105,15 @@ def _dependents(name: str, done: list[str]) -> set[str]:
 _READY = weakref.WeakSet()  # connections that have _sql_done and the interval macros
 
 
-def _done(con) -> dict[str, str]:
+def _ready(con) -> None:
     if con not in _READY:  # the first script on this connection
         con.execute("CREATE TEMP TABLE IF NOT EXISTS _sql_done (script VARCHAR PRIMARY KEY, params VARCHAR)")
         ensure_macros(con)
         _READY.add(con)
+
+
+def _done(con) -> dict[str, str]:
+    _ready(con)
     return dict(con.execute("SELECT script, params FROM _sql_done").fetchall())
 
 
@@ -185,7 +189,7 @@ def mark_done(con, name: str, /, **params) -> None:
     """Record that script ``name`` ran with ``params`` (its tables are in place)."""
     s = script(name)
     mine = {k: params[k] for k in s.params if k in params}
-    _done(con)
+    _ready(con)
     con.execute("INSERT OR REPLACE INTO _sql_done VALUES (?, ?)", [name, json.dumps(mine, sort_keys=True, default=str)])
 
 
