@@ -88,6 +88,8 @@ SELECT grp AS rank, ts_ns, end_ns,
        (a & 4398046511103)::BIGINT AS nc, ((a >> 42) & 4398046511103)::BIGINT AS nm, (a >> 84)::BIGINT AS nb,
        (b & 4398046511103)::BIGINT AS nch, ((b >> 42) & 4398046511103)::BIGINT AS nmh, (b >> 84)::BIGINT AS wi
 FROM interval_weights('_ov_wsrc');
+DROP TABLE _ov_wsrc;  -- each table goes once read for the last time: a worker's store holds
+                      -- tens of ranks, and what is dropped makes room for what follows
 
 -- _ov_len: what the segments add up to per rank (wi NULL) and per window.
 CREATE OR REPLACE TEMP TABLE _ov_len AS
@@ -127,10 +129,13 @@ CREATE OR REPLACE TEMP TABLE _ov_sp AS
 SELECT (grp >> 40)::INTEGER AS rank, ((grp >> 4) & ((1::BIGINT << 36) - 1)) - 1 AS step,
        (grp & 15)::INTEGER AS what, ts_ns, end_ns
 FROM interval_pieces('_ov_sp_src');
+DROP TABLE _ov_sp_src;
 
 -- _ov_exposed: the sweep's segments of comm without compute, ready for coverage lookups.
 CREATE OR REPLACE TEMP TABLE _ov_x AS SELECT rank AS grp, ts_ns, end_ns FROM _ov_seg WHERE nm > 0 AND nc = 0;
+DROP TABLE _ov_seg;
 CREATE OR REPLACE TEMP TABLE _ov_exposed AS SELECT grp AS rank, ts_ns, end_ns, before_ns FROM interval_cumulative('_ov_x');
+DROP TABLE _ov_x;
 
 -- _ov_own: per step, its own compute and comm (whole trace), its exposed comm (its comm
 -- pieces' part in _ov_exposed: both ends of a piece as signed points through one ASOF
@@ -217,3 +222,9 @@ LEFT JOIN steps st USING (rank)
 LEFT JOIN span sp USING (rank)
 LEFT JOIN _ov_len l ON l.rank = r.rank AND l.wi IS NULL
 WHERE r.run_id = getvariable('run_id');
+DROP TABLE _ov_iv;
+DROP TABLE _ov_sp;
+DROP TABLE _ov_exposed;
+DROP TABLE _ov_own;
+DROP TABLE _ov_len;
+DROP TABLE _ov_window;
