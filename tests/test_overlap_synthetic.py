@@ -241,3 +241,29 @@ def test_overlapping_step_windows_stop_the_sweep(tmp_path):
     loaded.con.execute("DELETE FROM _sql_done WHERE script = 'overlap'")  # run it again on these steps
     with pytest.raises(duckdb.Error, match="step windows overlap on rank 0"):
         sql.ensure(loaded.con, "overlap", run_id=loaded.run_id)
+
+
+def test_compute_inside_transfers_is_the_intersection(tmp_path):
+    # instances.sql's comm_compute filters overlap.sql's compute pieces by in_comm: the
+    # compute inside the rank's transfers and nothing else (waits and lanes read it)
+    #   compute s7   |==========|                  0 .. 50
+    #   compute s8                    |======|     60 .. 90
+    #   comm    s20        |==========|            30 .. 70   -> inside: 30..50 and 60..70
+    from overlapscope.analyzer import sql
+    from overlapscope.analyzer.ingest.load import load
+
+    t = (GpuTrace().step(1, 0, 100).kernel(0, 50, stream=7, step=1).kernel(60, 30, stream=8, step=1)
+         .comm(30, 40, step=1))
+    loaded = load([write(t, tmp_path / "rank-0.json")], detail="overlap", workers=1)
+    sql.ensure(loaded.con, "instances", run_id=loaded.run_id)
+    con = loaded.con
+    ((start_ns,),) = con.sql("SELECT min(ts_ns) FROM comm_instance").fetchall()
+    pieces = con.sql("SELECT ts_ns - ?, end_ns - ? FROM comm_compute ORDER BY ts_ns",
+                     params=[start_ns, start_ns]).fetchall()
+    union = []
+    for a, b in pieces:  # touching pieces read as one
+        if union and union[-1][1] == a:
+            union[-1] = (union[-1][0], b)
+        else:
+            union.append((a, b))
+    assert union == [(0, 20_000), (30_000, 40_000)]  # 30..50 and 60..70 us, from the comm's start

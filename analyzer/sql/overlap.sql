@@ -35,8 +35,9 @@
 -- How: one sweep per rank over the edges of all device work and of the step windows
 -- (_ov_seg) gives every figure of the rank and of each window; only a step's own work
 -- (compute and comm it launched, wherever it ran) needs its own unions (_ov_sp).
--- Replacing a union per rank, step and kind with the sweep halved the script's time
--- (2 ranks of the reference trace at one thread: 141 ms to 77 ms, measured).
+-- Replacing a union per rank, step and kind with the sweep took the script from 143 to
+-- 91-100 ms on 2 ranks of the reference trace at one thread (measured), and instances.sql
+-- from 36 to 9 ms (compute_union's in_comm).
 
 -- _ov_iv: the run's device work, one row per busy interval; hta: launched before the
 -- start of the rank's last ProfilerStep (HTA drops work launched after it).
