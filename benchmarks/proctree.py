@@ -46,34 +46,32 @@ def run(cmd: list[str], env: dict | None = None, cwd: str | None = None, limit_s
     # stdout goes to a file, not a pipe: reading a pipe here (32 KiB a read, in Python) held
     # back a command that prints a lot (buckets --run at 64 ranks, 62 MB: 0.49 s through the
     # pipe, 0.30 s to a file or through `| cat`)
-    sink = tempfile.TemporaryFile()
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
-    done = threading.Event()
+    with tempfile.TemporaryFile() as sink:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+        done = threading.Event()
 
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], tree_rss_bytes(proc.pid))
-            done.wait(sample_s)
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], tree_rss_bytes(proc.pid))
+                done.wait(sample_s)
 
-    sampler = threading.Thread(target=sample, daemon=True) if sample_s else None
-    if sampler:
-        sampler.start()
-    try:
-        _, err = proc.communicate(timeout=limit_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+        sampler = threading.Thread(target=sample, daemon=True) if sample_s else None
+        if sampler:
+            sampler.start()
+        try:
+            _, err = proc.communicate(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            done.set()
+            return None, peak[0] / 1e6, ""
+        wall = time.perf_counter() - start
         done.set()
-        sink.close()
-        return None, peak[0] / 1e6, ""
-    wall = time.perf_counter() - start
-    sink.seek(0)
-    out = sink.read().decode("utf-8", "replace")
-    sink.close()
-    done.set()
-    if sampler:
-        sampler.join()
+        if sampler:
+            sampler.join()
+        sink.seek(0)
+        out = sink.read().decode("utf-8", "replace")
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err.strip()[-500:]}")
     return wall, peak[0] / 1e6, out

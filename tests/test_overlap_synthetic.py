@@ -267,3 +267,17 @@ def test_compute_inside_transfers_is_the_intersection(tmp_path):
         else:
             union.append((a, b))
     assert union == [(0, 20_000), (30_000, 40_000)]  # 30..50 and 60..70 us, from the comm's start
+
+
+def test_a_scripts_private_tables_are_gone_once_it_ran(tmp_path):
+    from overlapscope.analyzer import sql
+    from overlapscope.analyzer.ingest.load import load
+
+    t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1).comm(30, 40, step=1)
+    loaded = load([write(t, tmp_path / "rank-0.json")], detail="attribution", workers=1)
+    sql.ensure(loaded.con, "collectives", run_id=loaded.run_id)
+    left = loaded.con.sql("SELECT table_name FROM duckdb_tables() WHERE table_name LIKE '\\_%\\_%' ESCAPE '\\' "
+                          "AND table_name NOT LIKE '\\_sql%' ESCAPE '\\'").fetchall()
+    assert left == []
+    names = {n for (n,) in loaded.con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
+    assert {"overlap_rank", "overlap_step", "compute_union", "collective_stats"} <= names

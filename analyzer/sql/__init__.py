@@ -19,7 +19,9 @@ Two kinds of file:
   script, once per connection and parameters: a temp table (``_sql_done``)
   remembers what ran, and running a script again with other parameters forgets
   everything that depends on it. No caller passes "already done" flags. A
-  script with inputs runs on every call (its inputs may be new).
+  script with inputs runs on every call (its inputs may be new). The tables a
+  script makes for itself alone (``_xx_*``, ``Script.private``) are dropped once
+  it has run: a worker's store holds tens of ranks, a server's store lives long.
 - **Query files** (``queries/<group>.sql``) hold named SELECTs, each after a
   ``-- name: <name>`` line; ``rows(con, "<group>.<name>", **params)`` runs one
   with ``$param`` placeholders and returns dicts.
@@ -40,6 +42,7 @@ from importlib import resources
 
 _HEADER = re.compile(r"^--\s*(params|scope|requires|inputs|provides|stays):\s*(.*)$")
 _NAME = re.compile(r"^--\s*name:\s*([\w.]+)\s*$", re.M)
+_PRIVATE_TABLE = re.compile(r"CREATE OR REPLACE TEMP TABLE (_[a-z]{2}_\w+)")
 SETUP = ("schema", "raw", "intervals")  # applied by connect(), never by ensure()
 
 
@@ -59,6 +62,11 @@ class Script:
     @property
     def per_rank(self) -> bool:
         return self.scope == ("rank",)
+
+    @property
+    def private(self) -> tuple[str, ...]:
+        """The tables it makes for itself alone (``_xx_*``): dropped once it has run (``ensure``)."""
+        return tuple(dict.fromkeys(_PRIVATE_TABLE.findall(self.text)))
 
     @property
     def shipped(self) -> tuple[str, ...]:
@@ -161,6 +169,8 @@ def ensure(con, name: str, /, **params) -> None:
     for key_name, value in mine.items():
         con.execute(f"SET VARIABLE {key_name} = ?", [value])
     con.execute(s.text)
+    if s.private:  # what only the script read goes (a worker's store holds tens of ranks)
+        con.execute("".join(f"DROP TABLE IF EXISTS {t};" for t in s.private))
     stale = _dependents(name, list(done))
     if stale:
         con.execute("DELETE FROM _sql_done WHERE list_contains(?, script)", [sorted(stale)])

@@ -50,7 +50,3 @@ SELECT rank, step, count(*) AS norms
 FROM events WHERE run_id = getvariable('run_id') AND step IS NOT NULL
   AND list_contains(getvariable('norm_ops'), name)
 GROUP BY rank, step;
-
--- The private tables go (a worker's store holds tens of ranks: room for what follows).
-DROP TABLE _ck_work;
-DROP TABLE _ck_bounds;

@@ -133,14 +133,3 @@ SELECT c.rank,
 FROM _cl_clock c
 LEFT JOIN _cl_direct d USING (clock)
 LEFT JOIN _cl_hop h USING (clock);
-
--- The private tables go once the script is done (a store can be a server's, or hold a large run).
-DROP TABLE _cl_clock;
-DROP TABLE _cl_inst;
-DROP TABLE _cl_groups;
-DROP TABLE _cl_small;
-DROP TABLE _cl_pairs;
-DROP TABLE _cl_direct_src;
-DROP TABLE _cl_direct;
-DROP TABLE _cl_hop_src;
-DROP TABLE _cl_hop;

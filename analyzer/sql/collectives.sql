@@ -241,19 +241,3 @@ ASOF LEFT JOIN _co_launched lb ON lb.rank = a.rank AND a.at_ns > lb.launch_ts_ns
 ASOF LEFT JOIN _co_compute_cover cc ON cc.grp = a.rank AND a.at_ns >= cc.ts_ns
 ASOF LEFT JOIN _co_launched le ON le.rank = a.rank AND st.cpu_ts_ns + st.cpu_dur_ns > le.launch_ts_ns
 ASOF LEFT JOIN _co_compute_cover ce ON ce.grp = a.rank AND st.window_end_ns >= ce.ts_ns;
-
--- The private tables go (a worker's store holds tens of ranks: room for what follows).
-DROP TABLE _co_transfer;
-DROP TABLE _co_launch_gpu;
-DROP TABLE _co_launch_size;
-DROP TABLE _co_launch_cpu;
-DROP TABLE _co_launch;
-DROP TABLE _co_ranges;
-DROP TABLE _co_ddp;
-DROP TABLE _co_context;
-DROP TABLE _co_attr;
-DROP TABLE _co_sweep_src;
-DROP TABLE _co_g;
-DROP TABLE _co_launched;
-DROP TABLE _co_compute_src;
-DROP TABLE _co_compute_cover;

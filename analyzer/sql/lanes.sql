@@ -41,8 +41,3 @@ FROM _ln_piece p
 ASOF LEFT JOIN _ln_cover a ON a.grp = p.rank AND p.lane_ts_ns >= a.ts_ns
 ASOF LEFT JOIN _ln_cover b ON b.grp = p.rank AND p.end_ns >= b.ts_ns
 LEFT JOIN comm_wait w ON w.rank = p.rank AND w.event_id = p.event_id;
-
--- The private tables go once the script is done (a store can be a server's, or hold a large run).
-DROP TABLE _ln_piece;
-DROP TABLE _ln_compute;
-DROP TABLE _ln_cover;

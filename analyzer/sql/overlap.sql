@@ -89,8 +89,8 @@ SELECT grp AS rank, ts_ns, end_ns,
        (a & 4398046511103)::BIGINT AS nc, ((a >> 42) & 4398046511103)::BIGINT AS nm, (a >> 84)::BIGINT AS nb,
        (b & 4398046511103)::BIGINT AS nch, ((b >> 42) & 4398046511103)::BIGINT AS nmh, (b >> 84)::BIGINT AS wi
 FROM interval_weights('_ov_wsrc');
-DROP TABLE _ov_wsrc;  -- each table goes once read for the last time: a worker's store holds
-                      -- tens of ranks, and what is dropped makes room for what follows
+DROP TABLE _ov_wsrc;  -- the large inputs go once read for the last time, making room for what
+                      -- follows (sql.ensure drops the rest after the script)
 
 -- _ov_len: what the segments add up to per rank (wi NULL) and per window.
 CREATE OR REPLACE TEMP TABLE _ov_len AS
@@ -223,9 +223,3 @@ LEFT JOIN steps st USING (rank)
 LEFT JOIN span sp USING (rank)
 LEFT JOIN _ov_len l ON l.rank = r.rank AND l.wi IS NULL
 WHERE r.run_id = getvariable('run_id');
-DROP TABLE _ov_iv;
-DROP TABLE _ov_sp;
-DROP TABLE _ov_exposed;
-DROP TABLE _ov_own;
-DROP TABLE _ov_len;
-DROP TABLE _ov_window;

@@ -220,19 +220,3 @@ ORDER BY w.rank;
 
 -- timeline_counts: how many marks the window holds before merging.
 CREATE OR REPLACE TEMP TABLE timeline_counts AS SELECT count(*) AS raw_marks FROM _tl_pieces;
-
--- The private tables go once the script is done (a store can be a server's, or hold a large run).
-DROP TABLE _tl_iv;
-DROP TABLE _tl_compute_src;
-DROP TABLE _tl_compute;
-DROP TABLE _tl_bounds;
-DROP TABLE _tl_gaps;
-DROP TABLE _tl_comm;
-DROP TABLE _tl_exposed;
-DROP TABLE _tl_pieces;
-DROP TABLE _tl_budget;
-DROP TABLE _tl_capped_src;
-DROP TABLE _tl_islands;
-DROP TABLE _tl_blocks;
-DROP TABLE _tl_block_marks;
-DROP TABLE _tl_sum_src;

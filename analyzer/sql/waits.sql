@@ -111,11 +111,3 @@ FROM rank_clock k
 LEFT JOIN per p USING (rank)
 LEFT JOIN transfer t USING (rank)
 LEFT JOIN _cw_len l ON l.rank = k.rank AND l.step IS NULL AND l.what = 2;
-
--- The private tables go once the script is done (a store can be a server's, or hold a large run).
-DROP TABLE _cw_wsrc;
-DROP TABLE _cw_w;
-DROP TABLE _cw_bsrc;
-DROP TABLE _cw_pieces;
-DROP TABLE _cw_cover;
-DROP TABLE _cw_len;

@@ -121,8 +121,7 @@ def insert_arrow(con, table: str, run_id: int, data) -> None:
 
 
 def _insert_row(con, table: str, row: dict) -> None:
-    cols = ", ".join(f'"{c}"' for c in row)
-    con.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    _insert_rows(con, table, [row])
 
 
 # Rows of one INSERT statement (a statement costs 1-2 ms however few its rows: a run of 256
