@@ -103,6 +103,52 @@ def test_numbers_read_alike(tmp_path, spelling):
         _same(*outcomes)
 
 
+def test_strings_read_alike_wherever_their_escapes_fall(tmp_path):
+    """The scanner finds a string's end 16 bytes at a time: an escaped quote, an escaped
+    backslash or a \\u escape at every offset across those blocks (names, and keys that
+    are only ours once unescaped) reads as msgspec reads it."""
+    t = GpuTrace().step(1, 0, 100)
+    for k in range(40):
+        for piece in ('"', "\\", "\u00e9", '"\\'):  # json.dumps writes them as \\", \\\\, \\u00e9
+            t = t.kernel(k, 1, step=1, name="a" * k + piece + "b" * (39 - k))
+    text = __import__("json").dumps(t.to_json())
+    assert '\\"' in text and "\\\\" in text and "\\u00e9" in text
+    text = text.replace('"cat": "kernel"', '"c\\u0061t": "kernel"', 3)  # a key of ours, escaped
+    path = tmp_path / "rank-0.json"
+    path.write_text(text)
+    scanned = decode_source(TraceSource(str(path)), "full", use_scanner=True)
+    _same(scanned, decode_source(TraceSource(str(path)), "full", use_scanner=False))
+    names = set(scanned.events.column("name").to_pylist())
+    assert "a" * 5 + '"' + "b" * 34 in names and "a" * 17 + "\\" + "b" * 22 in names
+
+
+@pytest.mark.parametrize("spelling", ["7", "-7", "0", "-0", "007", "00", "-", "1.0", "1e2", "12345678901234567890"])
+def test_integers_read_alike(tmp_path, spelling):
+    """An event's pid and an args integer in each spelling (the scanner reads plain digits in
+    one look, the rest the long way): the same rows from both decoders, or refused by both."""
+    from overlapscope.analyzer.errors import InputError
+
+    t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1)
+    text = __import__("json").dumps(t.to_json())
+    kernel = text.index('"cat": "kernel"')
+    pid = text.index('"pid": ', kernel)
+    text = text[:pid] + f'"pid": {spelling}, "x_{spelling}": 1, "y": ' + text[pid + len('"pid": '):]
+    args = text.index('"args": {', kernel) + len('"args": {')
+    text = text[:args] + f'"z": {spelling}, ' + text[args:]
+    path = tmp_path / "rank-0.json"
+    path.write_text(text)
+    outcomes = []
+    for use_scanner in (True, False):
+        try:
+            outcomes.append(decode_source(TraceSource(str(path)), "full", use_scanner=use_scanner))
+        except InputError as err:
+            outcomes.append(err.problem)
+    if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
+        assert isinstance(outcomes[0], str) and isinstance(outcomes[1], str), outcomes
+    else:
+        _same(*outcomes)
+
+
 def test_optional_strings_intern_by_text_in_first_seen_order():
     """The interning behind dictionary columns (collective names, dtypes): codes index the
     distinct values in first-seen order, None is -1, and a value given as a number and as

@@ -50,6 +50,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ---- growable buffer ------------------------------------------------------------- */
 
@@ -259,6 +262,10 @@ typedef struct {
     long long n, by_ph[256];
     Table tokens;
     Arena arena;
+    /* per field (cat, name, pid, tid, id: the bit of F_*), the token the last event gave it */
+    const char *last_tok[5];
+    Py_ssize_t last_len[5];
+    int32_t last_id[5];
     Cache cache;
     int gpu;
     int32_t kernel_tok;     /* token id of "kernel" once seen */
@@ -310,21 +317,29 @@ static void init_tables(void) {
 }
 
 /* The offset of the first control character other than JSON's whitespace in b[0, n), or
- * -1. Blocks are or-ed without a branch per byte (the compiler vectorises it); only a block
- * that holds one is searched byte by byte. */
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("O3")))  /* -O2 leaves the block's loop scalar: 14 instructions a byte */
-#endif
+ * -1. Blocks are checked 16 bytes at a time (SSE2: a byte below 0x20 is one whose unsigned
+ * max with 0x1F is 0x1F) without a branch per byte; only a block that holds one is
+ * searched byte by byte. */
 static Py_ssize_t first_control(const unsigned char *b, Py_ssize_t n) {
     for (Py_ssize_t start = 0; start < n; start += 4096) {
-        Py_ssize_t stop = n - start > 4096 ? start + 4096 : n;
-        unsigned char acc = 0;
-        for (Py_ssize_t i = start; i < stop; i++) {
-            unsigned char c = b[i];
-            acc |= (unsigned char)((c < 0x20) & (c != '\t') & (c != '\n') & (c != '\r'));
+        Py_ssize_t stop = n - start > 4096 ? start + 4096 : n, i = start;
+        int found = 0;
+#if defined(__SSE2__)
+        const __m128i low = _mm_set1_epi8(0x1F), tab = _mm_set1_epi8('\t'), nl = _mm_set1_epi8('\n'),
+                      cr = _mm_set1_epi8('\r');
+        __m128i acc = _mm_setzero_si128();
+        for (; i + 16 <= stop; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(b + i));
+            __m128i control = _mm_cmpeq_epi8(_mm_max_epu8(v, low), low);
+            __m128i space = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, tab), _mm_cmpeq_epi8(v, nl)),
+                                         _mm_cmpeq_epi8(v, cr));
+            acc = _mm_or_si128(acc, _mm_andnot_si128(space, control));
         }
-        if (acc)
-            for (Py_ssize_t i = start; i < stop; i++)
+        found = _mm_movemask_epi8(acc) != 0;
+#endif
+        for (; i < stop; i++) found |= (b[i] < 0x20) & (b[i] != '\t') & (b[i] != '\n') & (b[i] != '\r');
+        if (found)
+            for (i = start; i < stop; i++)
                 if (b[i] < 0x20 && !WS[b[i]]) return i;
     }
     return -1;
@@ -338,18 +353,44 @@ static int fail_at(Scanner *s, const char *at, const char *what) {
     return -1;
 }
 
-/* End of a string token from its opening quote; NULL when the buffer ends first. */
-static const char *string_end(const char *p, const char *end) {
+/* End of a string token from its opening quote; NULL when the buffer ends first.
+ * The first quote or backslash is found 16 bytes at a time (SSE2, which every x86-64 has):
+ * most strings are a key or a name of a few dozen bytes, where a call to memchr per string
+ * and a second look for backslashes cost more than the search. A backslash skips the byte
+ * it escapes (a \\uXXXX's digits hold neither). */
+static inline __attribute__((always_inline)) const char *string_end_at(const char *p, const char *end,
+                                                                         int *escaped) {
     p++;
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)));
+        if (!m) {
+            p += 16;
+            continue;
+        }
+        p += __builtin_ctz(m);
+        if (*p == '"') return p + 1;
+        *escaped = 1;
+        p += 2;  /* the backslash and the byte it escapes */
+    }
+#endif
     while (p < end) {
-        const char *q = memchr(p, '"', end - p);
-        if (!q) return NULL;
-        const char *b = q;
-        while (b > p && b[-1] == '\\') b--;
-        if (((q - b) & 1) == 0) return q + 1;
-        p = q + 1;
+        if (*p == '"') return p + 1;
+        if (*p == '\\') {
+            *escaped = 1;
+            p += 2;
+        } else {
+            p++;
+        }
     }
     return NULL;
+}
+
+static const char *string_end(const char *p, const char *end) {
+    int escaped = 0;
+    return string_end_at(p, end, &escaped);
 }
 
 /* Whether [p, end) is a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)? */
@@ -440,6 +481,12 @@ static const char *value_end(const char *p, const char *end, int max_depth, int 
         return NULL;
     }
     const char *start = p;
+    {   /* most are integers: digits up to a delimiter (no leading zero) pass in one look */
+        const char *q = p + (*p == '-');
+        const char *digits = q;
+        while (q < end && DIGIT[(unsigned char)*q]) q++;
+        if (q > digits && q < end && DELIM[(unsigned char)*q] && (*digits != '0' || q - digits == 1)) return q;
+    }
     while (p < end && !DELIM[(unsigned char)*p]) p++;
     if (p == end && !final) {
         *need = 1;
@@ -454,11 +501,12 @@ static const char *value_end(const char *p, const char *end, int max_depth, int 
     if ((len == 4 && (!memcmp(start, "true", 4) || !memcmp(start, "null", 4))) ||
         (len == 5 && !memcmp(start, "false", 5)))
         return p;
-    for (const char *q = start; q < p; q++)
-        if (!NUMERIC[(unsigned char)*q]) {
-            *bad = "invalid JSON: not a number, string, object, array or literal";
-            return NULL;
-        }
+    unsigned char numeric = 1;
+    for (const char *q = start; q < p; q++) numeric &= NUMERIC[(unsigned char)*q];
+    if (!numeric) {
+        *bad = "invalid JSON: not a number, string, object, array or literal";
+        return NULL;
+    }
     return p;
 }
 
@@ -470,7 +518,8 @@ typedef struct {
 } Cursor;
 
 static void skip_ws(Cursor *c) {
-    while (c->p < c->end && WS[(unsigned char)*c->p]) c->p++;
+    /* every byte up to a space is whitespace here: feed() refused the other control characters */
+    while (c->p < c->end && (unsigned char)*c->p <= ' ') c->p++;
 }
 
 static int take(Cursor *c, char ch) {
@@ -483,14 +532,16 @@ static int take(Cursor *c, char ch) {
     return 0;
 }
 
-/* A key, unescaped into out (at most 63 bytes; longer keys are none of ours: len -1). */
-static Py_ssize_t read_key(Cursor *c, char *out) {
+/* A key: *key points at it, in the buffer where it holds no escape (the usual key), else
+ * unescaped into out (at most 63 bytes; longer keys are none of ours: len -1). */
+static Py_ssize_t read_key(Cursor *c, char *out, const char **key) {
     skip_ws(c);
     if (c->p >= c->end || *c->p != '"') {
         c->bad = "invalid JSON in an event: a key was expected";
         return -2;
     }
-    const char *e = string_end(c->p, c->end);
+    int escaped = 0;
+    const char *e = string_end_at(c->p, c->end, &escaped);
     if (!e) {
         c->bad = "invalid JSON in an event: an unterminated string";
         return -2;
@@ -498,11 +549,12 @@ static Py_ssize_t read_key(Cursor *c, char *out) {
     const char *q = c->p + 1, *stop = e - 1;
     Py_ssize_t n = 0;
     int too_long = 0;
-    if (!memchr(q, '\\', stop - q)) {  /* the usual key: no escapes, copied at once */
+    *key = out;
+    if (!escaped) {  /* the usual key: read where it is */
         n = stop - q;
         c->p = e;
         if (n > 63) return -1;
-        memcpy(out, q, n);
+        *key = q;
         return n;
     }
     while (q < stop) {
@@ -561,6 +613,16 @@ static const char *scalar(Cursor *c, Py_ssize_t *len, int *is_string, int max_de
         c->p = e;
         *is_string = -1;
     } else {
+        /* most are integers: digits up to a delimiter (no leading zero) are one, in one look */
+        const char *q = start + (c->p < c->end && *c->p == '-');
+        const char *digits = q;
+        while (q < c->end && DIGIT[(unsigned char)*q]) q++;
+        if (q > digits && q < c->end && DELIM[(unsigned char)*q] && (*digits != '0' || q - digits == 1)) {
+            c->p = q;
+            *is_string = 0;
+            *len = q - start;
+            return start;
+        }
         while (c->p < c->end && !DELIM[(unsigned char)*c->p]) c->p++;
         if (c->p == start || (!is_literal(start, c->p - start) && !is_json_number(start, c->p))) {
             c->bad = "invalid JSON: not a number, string, object, array or literal";
@@ -754,8 +816,9 @@ static int keep_args(Scanner *s, const char *p, const char *end) {
         skip_ws(&c);
         if (c.p >= c.end || *c.p == '}') break;
         const char *kstart = c.p;
-        char key[64];
-        Py_ssize_t klen = read_key(&c, key);
+        char kbuf[64];
+        const char *key;
+        Py_ssize_t klen = read_key(&c, kbuf, &key);
         if (klen == -2 || !take(&c, ':')) break;
         skip_ws(&c);
         int need = 0;
@@ -832,16 +895,16 @@ static const char *take_args(Scanner *s, const char *p, const char *end, int64_t
     if (q < end && *q == '}') return q + 1;
     for (;;) {
         if (q >= end || *q != '"') return NULL;
-        const char *kend = string_end(q, end);
+        int escaped = 0;
+        const char *kend = string_end_at(q, end, &escaped);
         if (!kend) return NULL;
         const char *key = q + 1;
         Py_ssize_t klen = kend - 1 - key;
         char unescaped[64];
-        if (memchr(key, '\\', klen)) {
+        if (escaped) {
             Cursor c = {q, kend, NULL};
-            klen = read_key(&c, unescaped);
+            klen = read_key(&c, unescaped, &key);
             if (klen == -2) return NULL;
-            key = unescaped;
         }
         q = skip_space(kend, end);
         if (q >= end || *q != ':') return NULL;
@@ -928,6 +991,13 @@ static const char *field_problem(unsigned bad) {
     return "not a Kineto trace: an event's args is not an object";
 }
 
+/* Whether a scalar token that is a JSON number is an integer (no fraction, no exponent). */
+static int is_integer_token(const char *tok, Py_ssize_t len) {
+    for (Py_ssize_t i = 0; i < len; i++)
+        if (tok[i] == '.' || tok[i] == 'e' || tok[i] == 'E') return 0;
+    return 1;
+}
+
 /* Every Chrome-trace phase (frames.KNOWN_PH; tests/test_decoders_agree.py checks they match). */
 static const char KNOWN_PH[] = "XiIMstfBECbnePONDRcVv()";
 
@@ -965,8 +1035,9 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
         c.p++;
     } else {
         while (!c.bad) {
-            char key[64];
-            Py_ssize_t klen = read_key(&c, key);
+            char kbuf[64];
+            const char *key;
+            Py_ssize_t klen = read_key(&c, kbuf, &key);
             if (klen == -2 || !take(&c, ':')) break;
             skip_ws(&c);
             if (klen < 0) {
@@ -1008,18 +1079,27 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
                 if (!tok) break;
                 int32_t t = -1;
                 if (str == 1 || (str == 0 && !is_literal(tok, len) && !(bit & (F_CAT | F_NAME)) &&
-                                 !memchr(tok, '.', len) && !memchr(tok, 'e', len) && !memchr(tok, 'E', len))) {
+                                 is_integer_token(tok, len))) {
                     /* a string, or (pid, tid, id) an integer */
                     if (s->tokens.count >= s->max_tokens) {
                         c.bad = "more distinct names than the limit";
                         break;
                     }
-                    Py_ssize_t before = s->tokens.count;
-                    t = table_id(&s->tokens, &s->arena, tok, len);
-                    if (t == -2) return nomem(s);
-                    if (s->tokens.count > before) {
-                        s->token_bytes += len + TOKEN_OVERHEAD;
-                        if (over_kept(s)) return kept_failure(s);
+                    /* the field's token of the event before, most often the same (pid, tid, cat) */
+                    int f = __builtin_ctz(bit);
+                    if (s->last_tok[f] && s->last_len[f] == len && !memcmp(s->last_tok[f], tok, len)) {
+                        t = s->last_id[f];
+                    } else {
+                        Py_ssize_t before = s->tokens.count;
+                        t = table_id(&s->tokens, &s->arena, tok, len);
+                        if (t == -2) return nomem(s);
+                        if (s->tokens.count > before) {
+                            s->token_bytes += len + TOKEN_OVERHEAD;
+                            if (over_kept(s)) return kept_failure(s);
+                        }
+                        s->last_tok[f] = ((const char **)s->tokens.order.data)[2 * t];  /* the arena's copy */
+                        s->last_len[f] = len;
+                        s->last_id[f] = t;
                     }
                 } else if (!(str == 0 && len == 4 && !memcmp(tok, "null", 4))) {
                     wrong |= bit;  /* an object, array, true, false, or a number where it may not be */
@@ -1125,7 +1205,7 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
 /* ---- the top level, as a state machine over the pending bytes ---------------------- */
 
 static const char *skip_space(const char *p, const char *end) {
-    while (p < end && WS[(unsigned char)*p]) p++;
+    while (p < end && (unsigned char)*p <= ' ') p++;  /* as skip_ws */
     return p;
 }
 
@@ -1170,8 +1250,10 @@ static int advance(Scanner *s, int final) {
                 goto need_more;
             }
             Cursor c = {p, e, NULL};
-            s->key_len = read_key(&c, s->key);
+            const char *key;
+            s->key_len = read_key(&c, s->key, &key);
             if (s->key_len == -2) return fail_at(s, p, c.bad);
+            if (s->key_len > 0 && key != s->key) memcpy(s->key, key, s->key_len);
             s->is_events = KEY_IS(s->key, s->key_len, "traceEvents");
             p = e;
             s->state = S_COLON;
@@ -1439,6 +1521,7 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
     memset(s->by_ph, 0, sizeof(s->by_ph));
     s->tokens.count = s->tokens.cap = 0;
     s->cache.count = s->cache.cap = 0;
+    memset(s->last_tok, 0, sizeof(s->last_tok));  /* they pointed into the arena just freed */
     s->gpu = 0;
     s->kernel_tok = -1;
     s->finished = 0;
