@@ -62,8 +62,8 @@ typedef struct {
     Py_ssize_t cap;
 } Buf;
 
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
+/* Room for extra more bytes (the rare path, out of line: pushes stay a few moves). */
+static __attribute__((noinline)) int buf_grow(Buf *b, Py_ssize_t extra) {
     Py_ssize_t cap = b->cap ? b->cap * 2 : 1 << 12;
     while (cap < b->len + extra) cap *= 2;
     char *d = realloc(b->data, cap);
@@ -73,7 +73,12 @@ static int buf_reserve(Buf *b, Py_ssize_t extra) {
     return 0;
 }
 
-static int buf_push(Buf *b, const void *item, Py_ssize_t size) {
+static inline int buf_reserve(Buf *b, Py_ssize_t extra) {
+    return b->len + extra <= b->cap ? 0 : buf_grow(b, extra);
+}
+
+/* Inlined: a push of a row's value (a constant size) is a move, not a call to memcpy. */
+static inline __attribute__((always_inline)) int buf_push(Buf *b, const void *item, Py_ssize_t size) {
     if (buf_reserve(b, size) < 0) return -1;
     memcpy(b->data + b->len, item, size);
     b->len += size;
@@ -316,11 +321,11 @@ static void init_tables(void) {
     for (const char *p = " \n\r\t"; *p; p++) WS[(unsigned char)*p] = 1;
 }
 
-/* The offset of the first control character other than JSON's whitespace in b[0, n), or
- * -1. Blocks are checked 16 bytes at a time (SSE2: a byte below 0x20 is one whose unsigned
- * max with 0x1F is 0x1F) without a branch per byte; only a block that holds one is
- * searched byte by byte. */
-static Py_ssize_t first_control(const unsigned char *b, Py_ssize_t n) {
+/* b[0, n) copied to dst, and the offset of its first control character other than JSON's
+ * whitespace, or -1: one pass over the bytes instead of a check and a copy. Blocks are
+ * checked 16 bytes at a time (SSE2: a byte below 0x20 is one whose unsigned max with 0x1F
+ * is 0x1F) without a branch per byte; only a block that holds one is searched byte by byte. */
+static Py_ssize_t copy_checked(unsigned char *dst, const unsigned char *b, Py_ssize_t n) {
     for (Py_ssize_t start = 0; start < n; start += 4096) {
         Py_ssize_t stop = n - start > 4096 ? start + 4096 : n, i = start;
         int found = 0;
@@ -330,6 +335,7 @@ static Py_ssize_t first_control(const unsigned char *b, Py_ssize_t n) {
         __m128i acc = _mm_setzero_si128();
         for (; i + 16 <= stop; i += 16) {
             __m128i v = _mm_loadu_si128((const __m128i *)(b + i));
+            _mm_storeu_si128((__m128i *)(dst + i), v);
             __m128i control = _mm_cmpeq_epi8(_mm_max_epu8(v, low), low);
             __m128i space = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, tab), _mm_cmpeq_epi8(v, nl)),
                                          _mm_cmpeq_epi8(v, cr));
@@ -337,7 +343,10 @@ static Py_ssize_t first_control(const unsigned char *b, Py_ssize_t n) {
         }
         found = _mm_movemask_epi8(acc) != 0;
 #endif
-        for (; i < stop; i++) found |= (b[i] < 0x20) & (b[i] != '\t') & (b[i] != '\n') & (b[i] != '\r');
+        for (; i < stop; i++) {
+            dst[i] = b[i];
+            found |= (b[i] < 0x20) & (b[i] != '\t') & (b[i] != '\n') & (b[i] != '\r');
+        }
         if (found)
             for (i = start; i < stop; i++)
                 if (b[i] < 0x20 && !WS[b[i]]) return i;
@@ -1196,8 +1205,12 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
         buf_push(&s->ts, &ts, 8) || buf_push(&s->dur, &dur, 8) || buf_push(&s->astart, &astart, 8) ||
         buf_push(&s->alen, &alen, 8) || buf_push(&s->cond, &cond, 1))
         return nomem(s);
-    if (s->n_take && (buf_push(&s->took, slots, 8 * s->n_take) || buf_push(&s->took_flags, &took_flags, 4)))
-        return nomem(s);
+    if (s->n_take) {
+        if (buf_reserve(&s->took, 8 * s->n_take) < 0 || buf_push(&s->took_flags, &took_flags, 4)) return nomem(s);
+        for (Py_ssize_t k = 0; k < s->n_take; k++)  /* 8-byte moves: a call to memcpy cost more */
+            memcpy(s->took.data + s->took.len + 8 * k, &slots[k], 8);
+        s->took.len += 8 * s->n_take;
+    }
     if (over_kept(s)) return kept_failure(s);
     return 0;
 }
@@ -1382,9 +1395,15 @@ static PyObject *Scanner_feed(Scanner *s, PyObject *arg) {
     gil_drop(s);  /* the view's bytes stay ours until it is released */
     /* a control character other than whitespace is invalid JSON anywhere (in a string it
      * must be escaped): refused here, in one pass, as msgspec refuses it */
-    Py_ssize_t bad_at = first_control(view.buf, view.len);
-    int rc = bad_at >= 0 ? 0 : buf_push(&s->pending, view.buf, view.len);
-    if (bad_at < 0 && rc == 0) rc = advance(s, 0) < 0 ? -2 : 0;
+    Py_ssize_t bad_at = -1;
+    int rc = buf_reserve(&s->pending, view.len);
+    if (rc == 0) {
+        bad_at = copy_checked((unsigned char *)s->pending.data + s->pending.len, view.buf, view.len);
+        if (bad_at < 0) {
+            s->pending.len += view.len;
+            rc = advance(s, 0) < 0 ? -2 : 0;
+        }
+    }
     gil_hold(s);
     s->busy = 0;
     PyBuffer_Release(&view);
