@@ -418,3 +418,25 @@ def test_rank_rows_of_a_large_run_go_in_by_the_statement_not_by_the_row():
                            1_669_783_687_384_669_000 + r, 1000 + r)
         assert row[7] == (-42 if r == 5 else 0)
     assert got[7][8] == '{"no ts": 7}'
+
+
+def test_small_stores_run_their_sql_on_one_thread_and_large_ones_on_every_core(monkeypatch):
+    """A reduce whose tables all fit in one DuckDB row group, and a one-rank store whose rank
+    keeps fewer events, give a second thread nothing to do: they run on one. Past the size,
+    DuckDB keeps its thread per core, and the figures are the same either way."""
+    import duckdb
+
+    from overlapscope.analyzer.store import database
+
+    cores = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+    runs = {"reduce": [str(SAMPLES / "hsdp_2x2")], "one rank": [str(SAMPLES / "ddp" / "rank-0.pt.trace.json.gz")]}
+    for what, paths in runs.items():
+        small = map_run(paths, "overlap")
+        assert small.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1, what
+        monkeypatch.setattr(database, "ONE_THREAD_MAX_ROWS", 0)
+        large = map_run(paths, "overlap")
+        assert large.con.execute("SELECT current_setting('threads')").fetchone()[0] == cores, what
+        assert api.analyze_run(*_con_and_id(large)) == api.analyze_run(*_con_and_id(small)), what
+        monkeypatch.undo()
+        small.con.close()
+        large.con.close()

@@ -42,13 +42,22 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
     for table in ("steps", "annotation_roles"):
         database.insert_arrow(con, table, run_id, concat([_table(r, table) for r in results]))
     scripts = results[0].scripts if results else ()
+    largest = [0]  # rows of the largest table provided
+
+    def table_of(name: str) -> pa.Table:
+        table = concat([r.table(name) for r in results])
+        largest[0] = max(largest[0], table.num_rows)
+        return table
+
     for script in scripts:
         params = script_params(script, run_id)
         if script == "steps":  # a stored table, inserted above
             sql.mark_done(con, script, **params)
             continue
         # one table of every rank at a time (ranks' results may be files: RankResult.table)
-        sql.provide(con, script, lambda t: concat([r.table(t) for r in results]), **params)
+        sql.provide(con, script, table_of, **params)
+    if largest[0] < database.ONE_THREAD_MAX_ROWS:  # the run scripts and the analyses that follow
+        con.execute("SET threads = 1")
     return con, run_id
 
 

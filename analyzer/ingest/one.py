@@ -29,10 +29,6 @@ def applies(inputs: Inputs, engine: str) -> bool:
 STORE_BESIDE_MAX_BYTES = 32 * 2**20
 
 
-# DuckDB splits work by row groups of 122,880 rows: a rank that keeps fewer events gives a
-# second thread nothing to do but wait (the rank scripts of the reference trace, 22k rows:
-# 55 ms at one thread, 65 ms at two; measured).
-ONE_THREAD_MAX_ROWS = 122_880
 
 
 def _store_beside(path: str, member: str | None) -> bool:
@@ -63,6 +59,7 @@ def load_one(paths: list[str], inputs: Inputs, detail: str, limits: Limits, on_d
         from overlapscope.analyzer.ingest import load
         from overlapscope.analyzer.ingest.consistency import check_ranks
         from overlapscope.analyzer.ingest.decode import decode_source
+        from overlapscope.analyzer.store import database
 
         data = decode_source(source, detail, True, limits, scanned)
         del scanned
@@ -70,7 +67,7 @@ def load_one(paths: list[str], inputs: Inputs, detail: str, limits: Limits, on_d
             on_decoded(1, 1)
         if not beside:
             open_store()
-        if data.events.num_rows < ONE_THREAD_MAX_ROWS:
+        if data.events.num_rows < database.ONE_THREAD_MAX_ROWS:
             opened["con"].execute("SET threads = 1")
         decoded = load.Decoded(inputs, [data], " ".join(paths))
         check_ranks(decoded.ranks, inputs.manifest, inputs.manifest_source)

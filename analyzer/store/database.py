@@ -126,6 +126,12 @@ def _insert_row(con, table: str, row: dict) -> None:
 
 # Rows of one INSERT statement (a statement costs 1-2 ms however few its rows: a run of 256
 # ranks took half a second row by row).
+# DuckDB splits work by row groups of 122,880 rows: a store whose tables are all smaller gives
+# a second thread nothing to do but wait, so it runs on one (one rank of the reference trace,
+# 22k rows: its scripts 55 ms at one thread, 65 ms at two; a 4-rank reduce's clocks and waits
+# 53 against 62 ms; measured).
+ONE_THREAD_MAX_ROWS = 122_880
+
 ROWS_PER_INSERT = 256
 
 
