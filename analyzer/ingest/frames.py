@@ -89,14 +89,16 @@ _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
 def _taken(scanned_took: bytes, flags: bytes, rows: np.ndarray, keys: tuple) -> tuple[dict, np.ndarray]:
     """The scanner's taken values (``keys``) of ``rows`` as columns, and which rows are odd."""
-    slots = np.frombuffer(scanned_took, dtype=np.int64).reshape(-1, len(keys))[rows]
+    # each key's column gathered from the scanner's rows at once (not every row's slots
+    # copied first, then each column copied again)
+    slots = np.frombuffer(scanned_took, dtype=np.int64).reshape(-1, len(keys))
     bits = np.frombuffer(flags, dtype=np.uint32)[rows]
     took = {}
     for k, (field_name, _, kind) in enumerate(keys):
         if kind == "i":
-            took[field_name] = np.ascontiguousarray(slots[:, k])
+            took[field_name] = slots[:, k].take(rows)
         elif kind == "f":
-            took[field_name] = np.ascontiguousarray(slots[:, k]).view(np.float64)
+            took[field_name] = slots[:, k].take(rows).view(np.float64)
         else:
             took[field_name] = (bits & (1 << (1 + k))) != 0
     return took, (bits & 1) != 0
