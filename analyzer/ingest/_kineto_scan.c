@@ -22,14 +22,17 @@
  *   cat, name,   bytes, kept x int32: token ids (-1 when absent) into ``tokens``
  *   pid, tid, id
  *   ts, dur      bytes, kept x float64 (NaN when absent)
- *   args_start,  bytes, kept x int64: the row's raw args object in ``args`` (length 0: none kept)
+ *   args_start,  bytes, kept x int64: the row's raw args object in ``args`` (ph M rows: in
+ *                ``meta_args``; length 0: none kept)
  *   args_len
- *   args         bytes: the kept args objects, one after another
+ *   args         bytes: the kept args objects, one after another (ph M rows': meta_args)
  *   tokens       list of bytes: each distinct raw token once, quotes included for
  *                strings (so "12" and 12 stay apart); the caller decodes them
+ *   token_ints,  bytes, tokens x int64 and x uint8: each token's value where it is a plain JSON
+ *   token_is_int integer (1; NULL_I64 outside int64), else 0
  *   top          list of (key bytes, raw value bytes): the other top-level members
  *   gpu          whether an event of category "kernel" was seen
- *   took         bytes, kept x len(take_keys) x int64: the values of the args keys given as
+ *   took         list of len(take_keys) bytes, each kept x int64 (a column per key): the values of the args keys given as
  *                take_keys=[(key, 'i'|'f'|'p'), ...], read while scanning (integers as int64,
  *                NULL_I64 when absent or out of range; floats as a double's bits, NaN when
  *                absent or null), so that most events' args need no decoding
@@ -264,6 +267,7 @@ typedef struct {
     int max_depth;
     /* columns */
     Buf ph, cat, name, pid, tid, id, ts, dur, astart, alen, cond, args;
+    Buf margs;  /* the metadata events' (ph M) kept args: args holds the other rows' in row order */
     long long n, by_ph[256];
     Table tokens;
     Arena arena;
@@ -282,9 +286,10 @@ typedef struct {
      * slot per key (an integer, a double's bits, or NULL_I64) and a uint32 of flags */
     char take_names[MAX_TAKE][64];
     Py_ssize_t take_lens[MAX_TAKE];
+    uint32_t take_of_len[64];   /* per key length, the bits of the taken keys of that length */
     char take_types[MAX_TAKE];  /* 'i' integer, 'f' float, 'p' presence only */
     Py_ssize_t n_take;
-    Buf took, took_flags;
+    Buf took[MAX_TAKE], took_flags;  /* a column per taken key: each read alone for some rows */
     /* feed() parses without the GIL, so that another thread runs Python meanwhile (the
      * imports and the store of a one-rank analysis: ingest/one.py); what calls into
      * Python (the keep callback, errors, top-level members) takes it back first */
@@ -791,10 +796,8 @@ static void drop_conditional(Scanner *s) {
             memcpy(s->dur.data + 8 * w, s->dur.data + 8 * i, 8);
             memcpy(s->astart.data + 8 * w, s->astart.data + 8 * i, 8);
             memcpy(s->alen.data + 8 * w, s->alen.data + 8 * i, 8);
-            if (s->n_take) {
-                memcpy(s->took.data + 8 * s->n_take * w, s->took.data + 8 * s->n_take * i, 8 * s->n_take);
-                memcpy(s->took_flags.data + 4 * w, s->took_flags.data + 4 * i, 4);
-            }
+            for (Py_ssize_t k = 0; k < s->n_take; k++) memcpy(s->took[k].data + 8 * w, s->took[k].data + 8 * i, 8);
+            if (s->n_take) memcpy(s->took_flags.data + 4 * w, s->took_flags.data + 4 * i, 4);
             s->cond.data[w] = 0;
         }
         w++;
@@ -803,22 +806,20 @@ static void drop_conditional(Scanner *s) {
     s->cond.len = w;
     s->cat.len = s->name.len = s->pid.len = s->tid.len = s->id.len = 4 * w;
     s->ts.len = s->dur.len = s->astart.len = s->alen.len = 8 * w;
-    if (s->n_take) {
-        s->took.len = 8 * s->n_take * w;
-        s->took_flags.len = 4 * w;
-    }
+    for (Py_ssize_t k = 0; k < s->n_take; k++) s->took[k].len = 8 * w;
+    if (s->n_take) s->took_flags.len = 4 * w;
     /* the dropped rows' args stay in the args buffer until the end: compacting it
      * would cost a copy of everything kept; they are few (conditional rows keep args
      * only where the analyses read them) */
 }
 
 /* The members of a complete args object whose keys are in s->args_keys, as a new
- * object appended to s->args: the analyses read a few keys of each event's args,
+ * object appended to out: the analyses read a few keys of each event's args,
  * and a kernel's args hold many more (grid, block, registers, ...). */
-static int keep_args(Scanner *s, const char *p, const char *end) {
-    if (!s->args_keys) return buf_push(&s->args, p, end - p);
-    Py_ssize_t mark = s->args.len;
-    if (buf_push(&s->args, "{", 1) < 0) return -1;
+static int keep_args(Scanner *s, Buf *out, const char *p, const char *end) {
+    if (!s->args_keys) return buf_push(out, p, end - p);
+    Py_ssize_t mark = out->len;
+    if (buf_push(out, "{", 1) < 0) return -1;
     int first = 1;
     Cursor c = {p + 1, end, NULL};
     for (;;) {
@@ -838,7 +839,7 @@ static int keep_args(Scanner *s, const char *p, const char *end) {
         for (Py_ssize_t i = 0; i < s->n_args_keys && klen >= 0; i++)
             if (s->args_key_lens[i] == klen && !memcmp(s->args_keys[i], key, klen)) wanted = 1;
         if (wanted) {
-            if ((!first && buf_push(&s->args, ",", 1) < 0) || buf_push(&s->args, kstart, vend - kstart) < 0) return -1;
+            if ((!first && buf_push(out, ",", 1) < 0) || buf_push(out, kstart, vend - kstart) < 0) return -1;
             first = 0;
         }
         c.p = vend;
@@ -846,10 +847,10 @@ static int keep_args(Scanner *s, const char *p, const char *end) {
         if (c.p < c.end && *c.p == ',') c.p++;
     }
     if (first) {  /* nothing kept: no args at all */
-        s->args.len = mark;
+        out->len = mark;
         return 1;
     }
-    return buf_push(&s->args, "}", 1);
+    return buf_push(out, "}", 1);
 }
 
 static const char *skip_space(const char *p, const char *end);
@@ -923,8 +924,11 @@ static const char *take_args(Scanner *s, const char *p, const char *end, int64_t
         const char *bad = NULL;
         const char *vend = *q == '"' ? string_end(q, end) : value_end(q, end, s->max_depth - 2, 1, &need, &bad);
         if (!vend) return NULL;
-        for (Py_ssize_t k = 0; k < s->n_take && klen >= 0; k++) {
-            if (s->take_lens[k] != klen || memcmp(s->take_names[k], key, klen)) continue;
+        /* only the taken keys of this key's length are compared (an args object holds many
+         * keys, the kernels' a dozen, and few are taken) */
+        for (uint32_t bits = klen >= 0 && klen < 64 ? s->take_of_len[klen] : 0; bits; bits &= bits - 1) {
+            int k = __builtin_ctz(bits);
+            if (memcmp(s->take_names[k], key, klen)) continue;
             if (s->take_types[k] == 'p') {
                 *flags |= 1u << (1 + k);
             } else if (s->take_types[k] == 'i') {
@@ -954,7 +958,7 @@ static const char *take_args(Scanner *s, const char *p, const char *end, int64_t
 #define ROW_BYTES 53
 
 static int over_kept(Scanner *s) {
-    return s->ph.len * s->row_bytes + s->args.len + s->token_bytes > s->max_kept;
+    return s->ph.len * s->row_bytes + s->args.len + s->margs.len + s->token_bytes > s->max_kept;
 }
 
 static int kept_failure(Scanner *s) {
@@ -1193,11 +1197,13 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
     unsigned char cond = mode >= 3;
     int64_t astart = 0, alen = 0;
     if ((mode == 2 || mode == 4) && args) {
-        astart = s->args.len;
+        /* metadata events' args apart: the slices' lie back to back, the args column's data as it is */
+        Buf *out = ph == 'M' ? &s->margs : &s->args;
+        astart = out->len;
         /* a row whose taken values are odd keeps its args whole: the caller decodes them */
-        int rc = (took_flags & TOOK_ODD) ? buf_push(&s->args, args, args_len) : keep_args(s, args, args + args_len);
+        int rc = (took_flags & TOOK_ODD) ? buf_push(out, args, args_len) : keep_args(s, out, args, args + args_len);
         if (rc < 0) return nomem(s);
-        alen = rc == 1 ? 0 : s->args.len - astart;
+        alen = rc == 1 ? 0 : out->len - astart;
         if (!alen) astart = 0;
     }
     if (buf_push(&s->ph, &ph, 1) || buf_push(&s->cat, &cat, 4) || buf_push(&s->name, &name, 4) ||
@@ -1205,12 +1211,9 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
         buf_push(&s->ts, &ts, 8) || buf_push(&s->dur, &dur, 8) || buf_push(&s->astart, &astart, 8) ||
         buf_push(&s->alen, &alen, 8) || buf_push(&s->cond, &cond, 1))
         return nomem(s);
-    if (s->n_take) {
-        if (buf_reserve(&s->took, 8 * s->n_take) < 0 || buf_push(&s->took_flags, &took_flags, 4)) return nomem(s);
-        for (Py_ssize_t k = 0; k < s->n_take; k++)  /* 8-byte moves: a call to memcpy cost more */
-            memcpy(s->took.data + s->took.len + 8 * k, &slots[k], 8);
-        s->took.len += 8 * s->n_take;
-    }
+    for (Py_ssize_t k = 0; k < s->n_take; k++)
+        if (buf_push(&s->took[k], &slots[k], 8)) return nomem(s);
+    if (s->n_take && buf_push(&s->took_flags, &took_flags, 4)) return nomem(s);
     if (over_kept(s)) return kept_failure(s);
     return 0;
 }
@@ -1453,13 +1456,40 @@ static PyObject *Scanner_finish(Scanner *s, PyObject *unused) {
     PyObject *tokens = PyList_New(s->tokens.count);
     if (!tokens) goto fail;
     const char **pairs = (const char **)s->tokens.order.data;
+    /* each token read as a plain JSON integer where it is one (flow ids: tens of thousands of
+     * distinct tokens, read here instead of one Python object each) */
+    PyObject *ints = PyBytes_FromStringAndSize(NULL, 8 * s->tokens.count);
+    PyObject *is_int = PyBytes_FromStringAndSize(NULL, s->tokens.count);
+    if (!ints || !is_int) {
+        Py_XDECREF(ints);
+        Py_XDECREF(is_int);
+        Py_DECREF(tokens);
+        goto fail;
+    }
     for (Py_ssize_t i = 0; i < s->tokens.count; i++) {
-        PyObject *b = PyBytes_FromStringAndSize(pairs[2 * i], (Py_ssize_t)(intptr_t)pairs[2 * i + 1]);
+        const char *raw = pairs[2 * i];
+        Py_ssize_t len = (Py_ssize_t)(intptr_t)pairs[2 * i + 1];
+        int64_t v = NULL_I64;
+        int plain = len > 0 && raw[0] != '"' && take_int(raw, raw + len, &v);
+        memcpy(PyBytes_AS_STRING(ints) + 8 * i, &v, 8);
+        PyBytes_AS_STRING(is_int)[i] = (char)plain;
+        PyObject *b = PyBytes_FromStringAndSize(raw, len);
         if (!b) {
             Py_DECREF(tokens);
+            Py_DECREF(ints);
+            Py_DECREF(is_int);
             goto fail;
         }
         PyList_SET_ITEM(tokens, i, b);
+    }
+    if (put(d, "token_ints", ints)) {
+        Py_DECREF(is_int);
+        Py_DECREF(tokens);
+        goto fail;
+    }
+    if (put(d, "token_is_int", is_int)) {
+        Py_DECREF(tokens);
+        goto fail;
     }
     arena_free(&s->arena);  /* the list holds the tokens now; no more lookups */
     free(s->tokens.slots);
@@ -1471,9 +1501,21 @@ static PyObject *Scanner_finish(Scanner *s, PyObject *unused) {
         put(d, "pid", bytes_of(&s->pid)) || put(d, "tid", bytes_of(&s->tid)) || put(d, "id", bytes_of(&s->id)) ||
         put(d, "ts", bytes_of(&s->ts)) || put(d, "dur", bytes_of(&s->dur)) ||
         put(d, "args_start", bytes_of(&s->astart)) || put(d, "args_len", bytes_of(&s->alen)) ||
-        put(d, "args", bytes_of(&s->args)) || put(d, "gpu", PyBool_FromLong(s->gpu)) ||
-        put(d, "took", bytes_of(&s->took)) || put(d, "took_flags", bytes_of(&s->took_flags)))
+        put(d, "args", bytes_of(&s->args)) || put(d, "meta_args", bytes_of(&s->margs)) ||
+        put(d, "gpu", PyBool_FromLong(s->gpu)) ||
+        put(d, "took_flags", bytes_of(&s->took_flags)))
         goto fail;
+    PyObject *took = PyList_New(s->n_take);
+    if (!took) goto fail;
+    for (Py_ssize_t k = 0; k < s->n_take; k++) {
+        PyObject *column = bytes_of(&s->took[k]);
+        if (!column) {
+            Py_DECREF(took);
+            goto fail;
+        }
+        PyList_SET_ITEM(took, k, column);
+    }
+    if (put(d, "took", took)) goto fail;
     Py_INCREF(s->top);
     if (put(d, "top", s->top)) goto fail;
     return d;
@@ -1484,10 +1526,14 @@ fail:
 
 static void free_all(Scanner *s) {
     Buf *bufs[] = {&s->pending, &s->ph, &s->cat, &s->name, &s->pid, &s->tid, &s->id, &s->ts, &s->dur,
-                   &s->astart, &s->alen, &s->cond, &s->args, &s->tokens.order, &s->took, &s->took_flags};
+                   &s->astart, &s->alen, &s->cond, &s->args, &s->margs, &s->tokens.order, &s->took_flags};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         free(bufs[i]->data);
         memset(bufs[i], 0, sizeof(Buf));
+    }
+    for (int k = 0; k < MAX_TAKE; k++) {
+        free(s->took[k].data);
+        memset(&s->took[k], 0, sizeof(Buf));
     }
     free(s->tokens.slots);
     s->tokens.slots = NULL;
@@ -1503,6 +1549,7 @@ static void free_all(Scanner *s) {
     s->args_key_lens = NULL;
     s->n_args_keys = 0;
     s->n_take = 0;
+    memset(s->take_of_len, 0, sizeof(s->take_of_len));
 }
 
 static void Scanner_dealloc(Scanner *s) {
@@ -1600,6 +1647,7 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
             }
             memcpy(s->take_names[i], name, len);
             s->take_lens[i] = len;
+            s->take_of_len[len] |= 1u << i;
             s->take_types[i] = type[0];
         }
         s->n_take = n;
@@ -1695,9 +1743,13 @@ static PyObject *concat(PyObject *self, PyObject *args) {
     out = PyBytes_FromStringAndSize(NULL, total);
     if (!out) goto done;
     char *w = PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy(w, (const char *)data.buf + st[i], ln[i]);
-        w += ln[i];
+    /* ranges that follow each other in the buffer (most rows' args: the scanner kept them
+     * in row order) go in one copy: a few large copies instead of one small one per row */
+    for (Py_ssize_t i = 0; i < n;) {
+        int64_t from = st[i], len = ln[i];
+        for (i++; i < n && (ln[i] == 0 || st[i] == from + len); i++) len += ln[i];
+        memcpy(w, (const char *)data.buf + from, len);
+        w += len;
     }
 done:
     PyBuffer_Release(&data);

@@ -14,6 +14,29 @@ import pyarrow as pa
 from overlapscope.analyzer.ingest.kineto import NULL_I64  # noqa: F401 (sentinel for "no value" in int64 columns)
 
 
+def distinct_codes(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of keys in ``[0, bound)``: the distinct keys in
+    order and each key's index among them. Where the bound is small beside the keys (codes
+    of codes: a category's and a name's), a presence table numbers them in O(n) instead of
+    a sort (216k events' pairs: 0.3 against 7 ms)."""
+    if bound > max(4 * len(keys), 1 << 16):
+        return np.unique(keys, return_inverse=True)
+    present = np.zeros(bound, dtype=bool)
+    present[keys] = True
+    distinct = np.flatnonzero(present)
+    index = np.cumsum(present, dtype=np.int64) - 1
+    return distinct, index[keys]
+
+
+def member(codes: np.ndarray, wanted, bound: int) -> np.ndarray:
+    """``np.isin(codes, wanted)`` for codes in ``[0, bound)`` (classes, categories, names): a
+    lookup in a table of the bound's size (np.isin sorts: 2-3 ms for 216k events' classes
+    against 0.3-0.5 ms)."""
+    table = np.zeros(max(bound, 1), dtype=bool)
+    table[np.asarray(list(wanted), dtype=np.int64)] = True
+    return table[codes]
+
+
 def _validity(mask: np.ndarray) -> pa.Buffer | None:
     if mask.all():
         return None
@@ -41,10 +64,14 @@ def int32(values: np.ndarray) -> pa.Array:
 
 def strings(values: list[str | None]) -> pa.Array:
     """A plain UTF-8 string array (None → null)."""
+    values = list(values)
+    nones = values.count(None)  # at C speed: the process group columns are often all None
+    if nones == len(values):
+        return pa.nulls(len(values), pa.string())
     encoded = [b"" if v is None else str(v).encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    np.cumsum(list(map(len, encoded)), out=offsets[1:])
+    valid = np.array([v is not None for v in values], dtype=bool) if nones else np.ones(len(values), dtype=bool)
     return pa.Array.from_buffers(
         pa.string(), len(values), [_validity(valid), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
     )

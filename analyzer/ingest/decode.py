@@ -210,17 +210,17 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
 
     # Classification once per distinct (category, name) pair.
     pair_keys = cat_codes.astype(np.int64) * len(names) + name_codes
-    pairs, pair_of_event = np.unique(pair_keys, return_inverse=True)
+    pairs, pair_of_event = col.distinct_codes(pair_keys, max(1, len(cats)) * max(1, len(names)))
     pair_kind = classify.classify_pairs([cats[p // len(names)] for p in pairs.tolist()],
                                         [names[p % len(names)] for p in pairs.tolist()], gpu_trace)
     kind = pair_kind[pair_of_event]
 
     cols = _Columns(n)
-    is_device_cat = np.isin(cat_codes, [i for i, c in enumerate(cats) if c in classify.DEVICE_CATEGORIES])
+    is_device_cat = col.member(cat_codes, [i for i, c in enumerate(cats) if c in classify.DEVICE_CATEGORIES], len(cats))
     is_memory = kind == KIND_CODE["memory"]
     host_kinds = [KIND_CODE[k] for k in ("runtime", "comm", "comm_launch", "step") + (
         () if detail == "overlap" else ("cpu_op", "compute", "annotation", "sync", "other"))]
-    host_rows = np.flatnonzero(~is_device_cat & np.isin(kind, host_kinds))
+    host_rows = np.flatnonzero(~is_device_cat & col.member(kind, host_kinds, len(classify.KINDS)))
     device_rows = np.flatnonzero(is_device_cat)
     if detail == "overlap":
         coll = _fill_args_overlap(fr, device_rows, host_rows, cols, kind, names, name_codes)
@@ -241,7 +241,8 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
     step = _assign_steps(kind, name_codes, names, ts_ns, dur_ns, device_rows, launch_ts)
 
     # The overlap analysis reads device work and steps only: the rest stays in the worker.
-    keep = (np.flatnonzero(np.isin(kind, [KIND_CODE[k] for k in _OVERLAP_KINDS])) if detail == "overlap"
+    keep = (np.flatnonzero(col.member(kind, [KIND_CODE[k] for k in _OVERLAP_KINDS], len(classify.KINDS)))
+            if detail == "overlap"
             else slice(None))
     events = pa.table({
         "event_id": col.int64(np.arange(n, dtype=np.int64)[keep]),
@@ -267,7 +268,7 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
         tracks=tracks["table"],
         collectives=_collectives_table(coll),
         flows=_flows_table(fr.flows),
-        memory=_memory_table(fr.args_json, np.flatnonzero(is_memory), ts_ns, track_codes),
+        memory=_memory_table(fr, np.flatnonzero(is_memory), ts_ns, track_codes),
         roles=_roles_table(names, name_codes, kind, detail),
         counts=counts,
     )
@@ -311,7 +312,7 @@ def _take(fr: Frame, cols: _Columns, rows: np.ndarray, fields: tuple[str, ...], 
     if not len(rows):
         return
     for name in fields:
-        getattr(cols, name)[rows] = fr.took[name][rows]
+        getattr(cols, name)[rows] = fr.took.at(name, rows)
     odd = rows[fr.took_odd[rows]]
     if len(odd):
         decoded = decoder.decode(fr.args_json(odd))
@@ -323,7 +324,7 @@ def _take(fr: Frame, cols: _Columns, rows: np.ndarray, fields: tuple[str, ...], 
 
 def _collective_kernels(fr: Frame, device_rows, kind, coll: _CollectiveRows, names, name_codes) -> None:
     """Rows of the kernels that run a collective (comm kernels, or any naming one): decoded whole."""
-    rows = device_rows[fr.took["collective"][device_rows] | (kind[device_rows] == KIND_CODE["comm"])]
+    rows = device_rows[fr.took.at("collective", device_rows) | (kind[device_rows] == KIND_CODE["comm"])]
     if len(rows):
         coll.add_kernels(rows, DEVICE_ARGS_DECODER.decode(fr.args_json(rows)), names, name_codes)
 
@@ -350,8 +351,8 @@ def _fill_args(fr: Frame, device_rows, host_rows, cols: _Columns, kind, names, n
           LAUNCH_DECODER)
     host_rows = host_rows[kind[host_rows] != KIND_CODE["runtime"]]
     matmul_names = [i for i, n in enumerate(names) if n in FLOP_OPS]
-    whole = np.isin(kind[host_rows], [KIND_CODE["comm"], KIND_CODE["comm_launch"]]) | \
-        np.isin(name_codes[host_rows], matmul_names)
+    whole = col.member(kind[host_rows], [KIND_CODE["comm"], KIND_CODE["comm_launch"]], len(classify.KINDS)) | \
+        col.member(name_codes[host_rows], matmul_names, len(names))
     _take(fr, cols, host_rows[~whole], ("correlation", "external_id", "flops"), OP_ARGS_DECODER)
     host_rows = host_rows[whole]
     if len(host_rows):
@@ -360,12 +361,13 @@ def _fill_args(fr: Frame, device_rows, host_rows, cols: _Columns, kind, names, n
         hargs = HOST_ARGS_DECODER.decode(fr.args_json(host_rows))
         # Newer profilers record shapes but no FLOP count: derive it for matmuls.
         if matmul_names:
-            for j in np.flatnonzero(np.isin(name_codes[host_rows], matmul_names)).tolist():
+            for j in np.flatnonzero(col.member(name_codes[host_rows], matmul_names, len(names))).tolist():
                 i = int(host_rows[j])
                 if math.isnan(cols.flops[i]):
                     f = matmul_flops(names[name_codes[i]], bytes(hargs[j].input_dims))
                     cols.flops[i] = math.nan if f is None else f
-        picked = np.flatnonzero(np.isin(kind[host_rows], [KIND_CODE["comm"], KIND_CODE["comm_launch"]])).tolist()
+        picked = np.flatnonzero(col.member(kind[host_rows], [KIND_CODE["comm"], KIND_CODE["comm_launch"]],
+                                           len(classify.KINDS))).tolist()
         launches = [hargs[j] for j in picked]
         event_ids = host_rows[picked].tolist()
         op_names = [names[c] for c in name_codes[event_ids].tolist()]
@@ -469,7 +471,8 @@ def _roles_table(names: list, name_codes, kind, detail: str) -> pa.Table:
     """The role of every distinct range name that attribution reads (none at the overlap detail)."""
     rows = []
     if detail != "overlap" and len(names):
-        ranged = np.flatnonzero(np.bincount(name_codes[np.isin(kind, [KIND_CODE[k] for k in _ROLE_KINDS])],
+        ranged = np.flatnonzero(np.bincount(name_codes[col.member(kind, [KIND_CODE[k] for k in _ROLE_KINDS],
+                                                                  len(classify.KINDS))],
                                             minlength=len(names)))
         for code in ranged.tolist():
             role = classify.annotation_role(names[code])
@@ -536,14 +539,25 @@ def _flows_table(flows: dict) -> pa.Table:
     })
 
 
-def _memory_table(args_json, rows, ts_ns, track_codes) -> pa.Table:
-    margs = MEMORY_ARGS_DECODER.decode(args_json(rows)) if len(rows) else []
-    return pa.table({
-        "ts_ns": col.int64(ts_ns[rows]),
-        "track_id": col.int32(track_codes[rows]),
-        "device_type": col.int64(col.optional_ints([a.device_type for a in margs])),
-        "device_id": col.int64(col.optional_ints([a.device_id for a in margs])),
-        "bytes": col.int64(col.optional_ints([a.bytes for a in margs])),
-        "total_allocated_bytes": col.int64(col.optional_ints([a.total_allocated for a in margs])),
-        "total_reserved_bytes": col.int64(col.optional_ints([a.total_reserved for a in margs])),
-    })
+# The memory table's columns: (column, the value the scanner took (Frame.took), MemoryArgs' field).
+_MEMORY_COLUMNS = (("device_type", "memory_device_type", "device_type"), ("device_id", "memory_device_id", "device_id"),
+                   ("bytes", "memory_bytes", "bytes"), ("total_allocated_bytes", "total_allocated", "total_allocated"),
+                   ("total_reserved_bytes", "total_reserved", "total_reserved"))
+
+
+def _memory_table(fr: Frame, rows, ts_ns, track_codes) -> pa.Table:
+    """The allocator's events (rows): their values as read while scanning (the full detail,
+    a few hundred thousand events for a long profile_memory trace), decoded from their args
+    where the scan did not take them or found one of another type (odd rows)."""
+    values = {name: np.full(len(rows), col.NULL_I64, dtype=np.int64) for name, _, _ in _MEMORY_COLUMNS}
+    taken = all(took in fr.took for _, took, _ in _MEMORY_COLUMNS)
+    if taken:
+        for name, took, _ in _MEMORY_COLUMNS:
+            values[name][:] = fr.took.at(took, rows)
+    decode_at = np.flatnonzero(fr.took_odd[rows]) if taken else np.arange(len(rows))
+    if len(decode_at):
+        margs = MEMORY_ARGS_DECODER.decode(fr.args_json(rows[decode_at]))
+        for name, _, field_name in _MEMORY_COLUMNS:
+            values[name][decode_at] = col.optional_ints([getattr(a, field_name) for a in margs])
+    return pa.table({"ts_ns": col.int64(ts_ns[rows]), "track_id": col.int32(track_codes[rows]),
+                     **{name: col.int64(values[name]) for name, _, _ in _MEMORY_COLUMNS}})

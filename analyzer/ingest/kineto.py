@@ -198,6 +198,11 @@ class TakenArgs(msgspec.Struct, gc=False):
     device: msgspec.Raw = _ABSENT
     flops: msgspec.Raw = _ABSENT
     collective: msgspec.Raw = msgspec.field(default=_ABSENT, name="Collective name")
+    memory_device_type: msgspec.Raw = msgspec.field(default=_ABSENT, name="Device Type")
+    memory_device_id: msgspec.Raw = msgspec.field(default=_ABSENT, name="Device Id")
+    memory_bytes: msgspec.Raw = msgspec.field(default=_ABSENT, name="Bytes")
+    total_allocated: msgspec.Raw = msgspec.field(default=_ABSENT, name="Total Allocated")
+    total_reserved: msgspec.Raw = msgspec.field(default=_ABSENT, name="Total Reserved")
 
 
 class MemoryArgs(msgspec.Struct, gc=False):

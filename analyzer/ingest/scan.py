@@ -38,10 +38,17 @@ SLICE_PH, FLOW_PH_CHARS = "XIi", "stf"
 # (outside int64: none, as columns._to_int reads it); a float a number or null; any other
 # value of these keys makes its row odd (decode.py decodes odd rows, with their errors).
 TAKE_KEYS = (("correlation", "correlation", "i"), ("external_id", "External id", "i"), ("stream", "stream", "i"),
-             ("device", "device", "i"), ("flops", "flops", "f"), ("collective", "Collective name", "p"))
+             ("device", "device", "i"), ("flops", "flops", "f"), ("collective", "Collective name", "p"),
+             # the allocator's [memory] events (kineto.MemoryArgs: decode._memory_table)
+             ("memory_device_type", "Device Type", "i"), ("memory_device_id", "Device Id", "i"),
+             ("memory_bytes", "Bytes", "i"), ("total_allocated", "Total Allocated", "i"),
+             ("total_reserved", "Total Reserved", "i"))
+MEMORY_TAKEN = ("memory_device_type", "memory_device_id", "memory_bytes", "total_allocated", "total_reserved")
 # What each detail reads of them (the overlap detail: the correlation of launches and kernels,
-# and which kernels name a collective); fewer keys, less memory per kept event.
-TAKEN_BY_DETAIL = {"overlap": ("correlation", "collective")}
+# and which kernels name a collective; the memory events' values at the full detail only, the
+# one that keeps those events of a GPU trace); fewer keys, less memory per kept event.
+TAKEN_BY_DETAIL = {"overlap": ("correlation", "collective"),
+                   "attribution": tuple(t[0] for t in TAKE_KEYS if t[0] not in MEMORY_TAKEN)}
 
 
 def take_keys(detail: str) -> tuple:
