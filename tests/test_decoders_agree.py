@@ -149,6 +149,71 @@ def test_integers_read_alike(tmp_path, spelling):
         _same(*outcomes)
 
 
+def _outcome(path, detail="full", use_scanner=True):
+    from overlapscope.analyzer.errors import InputError
+
+    try:
+        return decode_source(TraceSource(str(path)), detail, use_scanner=use_scanner)
+    except InputError as err:
+        return err.problem
+
+
+def _memory_and_flows(tmp_path, memory: list[dict], flow_ids: list, name: str = "rank-0.json"):
+    trace = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1).comm(20, 40, step=1).to_json()
+    trace["traceEvents"] += [
+        {"ph": "i", "s": "t", "name": "[memory]", "cat": "cpu_instant_event", "pid": 100, "tid": 100, "ts": 9 + k,
+         "args": a} for k, a in enumerate(memory)]
+    for k, flow_id in enumerate(flow_ids):
+        trace["traceEvents"] += [
+            {"ph": "s", "id": flow_id, "pid": 100, "tid": 100, "ts": 3 + k, "cat": "ac2g", "name": "ac2g"},
+            {"ph": "f", "id": flow_id, "pid": 0, "tid": 7, "ts": 4 + k, "cat": "ac2g", "name": "ac2g", "bp": "e"}]
+    return write(trace, tmp_path / name)
+
+
+def test_memory_values_and_flow_ids_read_alike_whatever_their_type(tmp_path):
+    """The full detail takes the allocator's values and integer flow ids while scanning; a
+    value of another type (a numeric string, a missing key, an integer past int64) is read
+    from the args as msgspec reads it: the same tables from both decoders, the values as
+    given, and what msgspec refuses (a float where an integer belongs) refused by both."""
+    memory = [{"Bytes": 512, "Total Allocated": 1024, "Total Reserved": 2048, "Device Type": 1, "Device Id": 0},
+              {"Bytes": -512, "Total Allocated": 512, "Total Reserved": 2048, "Device Type": 1, "Device Id": 0},
+              {"Bytes": "4096", "Total Allocated": "8", "Device Id": 0},
+              {"Device Id": 3},
+              {}]
+    path = _memory_and_flows(tmp_path, memory, [7, -3, "abc", "12", 0])
+    scanned = _outcome(path)
+    _same(scanned, _outcome(path, use_scanner=False))
+    assert scanned.memory.column("bytes").to_pylist() == [512, -512, 4096, None, None]
+    assert scanned.memory.column("total_allocated_bytes").to_pylist() == [1024, 512, 8, None, None]
+    assert scanned.memory.column("device_id").to_pylist() == [0, 0, 0, 3, None]
+    assert scanned.flows.column("flow_id").to_pylist() == [7, 7, -3, -3, None, None, 12, 12, 0, 0]
+    for k, (odd_memory, odd_ids) in enumerate([([{"Bytes": 4.0}], [1]), ([{"Bytes": None}], [1]),
+                                               ([{"Bytes": 2**70}], [1]), ([{}], [2**70]), ([{}], [1.5])]):
+        path = _memory_and_flows(tmp_path, odd_memory, odd_ids, f"odd-{k}.json")
+        outcomes = [_outcome(path), _outcome(path, use_scanner=False)]
+        if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
+            assert isinstance(outcomes[0], str) and isinstance(outcomes[1], str), (k, outcomes)
+        else:
+            _same(*outcomes)
+
+
+def test_codes_numbered_and_matched_as_numpy_does():
+    """columns.distinct_codes and columns.member (presence tables over small codes) give what
+    np.unique and np.isin give, at every bound (the table, or the sort past it)."""
+    import numpy as np
+
+    from overlapscope.analyzer.ingest import columns as col
+
+    rng = np.random.default_rng(7)
+    for n, bound in ((0, 1), (1, 1), (1000, 3), (1000, 50_000), (5000, 10**9)):
+        keys = rng.integers(0, bound, n)
+        want_distinct, want_inverse = np.unique(keys, return_inverse=True)
+        distinct, inverse = col.distinct_codes(keys, bound)
+        assert distinct.tolist() == want_distinct.tolist() and inverse.tolist() == want_inverse.ravel().tolist()
+        wanted = rng.integers(0, bound, 4).tolist() if n else []
+        assert col.member(keys, wanted, bound).tolist() == np.isin(keys, wanted).tolist()
+
+
 def test_optional_strings_intern_by_text_in_first_seen_order():
     """The interning behind dictionary columns (collective names, dtypes): codes index the
     distinct values in first-seen order, None is -1, and a value given as a number and as

@@ -549,15 +549,16 @@ def _memory_table(fr: Frame, rows, ts_ns, track_codes) -> pa.Table:
     """The allocator's events (rows): their values as read while scanning (the full detail,
     a few hundred thousand events for a long profile_memory trace), decoded from their args
     where the scan did not take them or found one of another type (odd rows)."""
-    values = {name: np.full(len(rows), col.NULL_I64, dtype=np.int64) for name, _, _ in _MEMORY_COLUMNS}
-    taken = all(took in fr.took for _, took, _ in _MEMORY_COLUMNS)
-    if taken:
-        for name, took, _ in _MEMORY_COLUMNS:
-            values[name][:] = fr.took.at(took, rows)
-    decode_at = np.flatnonzero(fr.took_odd[rows]) if taken else np.arange(len(rows))
-    if len(decode_at):
-        margs = MEMORY_ARGS_DECODER.decode(fr.args_json(rows[decode_at]))
-        for name, _, field_name in _MEMORY_COLUMNS:
-            values[name][decode_at] = col.optional_ints([getattr(a, field_name) for a in margs])
+    if all(took in fr.took for _, took, _ in _MEMORY_COLUMNS):
+        values = {name: fr.took.at(took, rows) for name, took, _ in _MEMORY_COLUMNS}
+        decode_at = np.flatnonzero(fr.took_odd[rows])
+        if len(decode_at):
+            margs = MEMORY_ARGS_DECODER.decode(fr.args_json(rows[decode_at]))
+            for name, _, field_name in _MEMORY_COLUMNS:
+                values[name][decode_at] = col.optional_ints([getattr(a, field_name) for a in margs])
+    else:  # the other details read them from their args: every row decoded, one column at a time
+        margs = MEMORY_ARGS_DECODER.decode(fr.args_json(rows)) if len(rows) else []
+        values = {name: col.optional_ints([getattr(a, field_name) for a in margs])
+                  for name, _, field_name in _MEMORY_COLUMNS}
     return pa.table({"ts_ns": col.int64(ts_ns[rows]), "track_id": col.int32(track_codes[rows]),
                      **{name: col.int64(values[name]) for name, _, _ in _MEMORY_COLUMNS}})

@@ -89,19 +89,30 @@ _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
 class Taken:
     """The values of the taken args keys (scan.TAKE_KEYS) per slice row: ``took[field]`` the
-    whole column, ``took.at(field, rows)`` those rows' values only. Gathered from the
-    scanner's columns (one per key) when asked: most keys are read for a few kinds of rows
-    only (the memory values for the allocator's events)."""
+    whole column, ``took.at(field, rows)`` those rows' values. The scanner gives a column per
+    key; each is gathered for the slice rows at once, and the scanner's copy goes, except
+    the keys read for a few rows only (``lazy``: the allocator's values, read for its
+    events), which stay as the scanner gave them and are gathered for those rows."""
 
-    def __init__(self, columns: list, bits: np.ndarray, rows: np.ndarray | None, keys: tuple):
-        self._scanned, self._bits, self._rows = columns, bits, rows  # rows: slice row -> scanned row (None: the same)
+    def __init__(self, columns: list, bits: np.ndarray, rows: np.ndarray | None, keys: tuple, lazy=()):
         self._index = {field_name: (k, kind) for k, (field_name, _, kind) in enumerate(keys)}
-        self._columns: dict = {}
+        self._rows = rows  # slice row -> scanned row (None: the same)
+        self._lazy = {}
+        self._columns = {}
+        for k, (field_name, _, kind) in enumerate(keys):
+            if kind == "p":
+                self._columns[field_name] = (bits[rows] if rows is not None else bits) & (1 << (1 + k)) != 0
+            elif field_name in lazy:
+                self._lazy[field_name] = columns[k]
+            else:
+                values = columns[k][rows] if rows is not None else columns[k].copy()
+                self._columns[field_name] = values.view(np.float64) if kind == "f" else values
 
     @classmethod
     def of_columns(cls, columns: dict, keys: tuple) -> "Taken":
         """Whole columns read another way (the msgspec decoder: ``taken_of``)."""
-        taken = cls([], np.zeros(0, dtype=np.uint32), None, keys)
+        taken = cls([], np.zeros(0, dtype=np.uint32), None, ())
+        taken._index = {field_name: (k, kind) for k, (field_name, _, kind) in enumerate(keys)}
         taken._columns = dict(columns)
         return taken
 
@@ -109,23 +120,15 @@ class Taken:
         return field_name in self._index
 
     def __getitem__(self, field_name: str) -> np.ndarray:
-        if field_name not in self._columns:
-            self._columns[field_name] = self._gather(field_name, self._rows)
+        if field_name in self._lazy:
+            return self.at(field_name, np.arange(len(self._rows)) if self._rows is not None else slice(None))
         return self._columns[field_name]
 
-    def at(self, field_name: str, rows: np.ndarray) -> np.ndarray:
-        if field_name in self._columns:
+    def at(self, field_name: str, rows) -> np.ndarray:
+        if field_name not in self._lazy:
             return self._columns[field_name][rows]
-        rows = np.asarray(rows, dtype=np.int64)
-        return self._gather(field_name, rows if self._rows is None else self._rows[rows])
-
-    def _gather(self, field_name: str, rows: np.ndarray | None) -> np.ndarray:
         k, kind = self._index[field_name]
-        if kind == "p":
-            bits = self._bits if rows is None else self._bits[rows]
-            return (bits & (1 << (1 + k))) != 0
-        values = self._scanned[k]
-        values = values.copy() if rows is None else values[rows]
+        values = self._lazy[field_name][self._rows[rows] if self._rows is not None else rows]
         return values.view(np.float64) if kind == "f" else values
 
 
@@ -133,7 +136,7 @@ def _taken(scanned_took: list, flags: bytes, rows: np.ndarray, keys: tuple) -> t
     """The scanner's taken values (``keys``: a column of each) of ``rows``, and which rows are odd."""
     bits = np.frombuffer(flags, dtype=np.uint32)
     columns = [np.frombuffer(column, dtype=np.int64) for column in scanned_took]
-    return Taken(columns, bits, rows, keys), (bits[rows] & 1) != 0
+    return Taken(columns, bits, rows, keys, lazy=scan.MEMORY_TAKEN), (bits[rows] & 1) != 0
 
 
 def taken_of(raws: list, keys: tuple) -> tuple[dict, np.ndarray]:
