@@ -134,6 +134,8 @@ def run_point(label: str, folder: Path, engine: str, hta: list[str] | None, hta_
             CLI + [command, "--run", "bench", "--db", str(db), "--json"])
     if hta:
         row["hta_s"], row["hta_mb"] = measure(hta + [str(folder)], limit_s=hta_limit)
+        if row["hta_s"] is None:  # killed at the limit: its peak so far is no figure
+            row["hta_mb"] = None
     shutil.rmtree(db_dir, ignore_errors=True)
     return row
 
