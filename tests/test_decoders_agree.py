@@ -265,3 +265,32 @@ def test_the_scanner_parses_without_the_gil():
         sys.setswitchinterval(interval)
     assert scanner.finish()["n"] > 100_000
     assert during > 50_000, during  # with the GIL held throughout: 1,842 (measured)
+
+
+def test_concat_joins_ranges_as_slicing_does():
+    """The scanner's concat (the args column where rows were dropped) copies ranges that
+    follow each other in one go: the bytes are those of the ranges one after another,
+    whatever their order, gaps, overlaps and empty ranges."""
+    import random
+
+    import numpy as np
+
+    from overlapscope.analyzer.ingest import _kineto_scan
+
+    rng = random.Random(13)
+    data = bytes(rng.randrange(256) for _ in range(4096))
+    for _ in range(300):
+        starts, lengths, at = [], [], rng.randrange(64)
+        for _ in range(rng.randrange(12)):
+            if rng.random() < 0.3:  # anywhere: a jump back, a gap or an overlap
+                at = rng.randrange(4000)
+            n = rng.choice([0, 0, 1, rng.randrange(40)])
+            n = min(n, len(data) - at)
+            starts.append(at)
+            lengths.append(n)
+            at += n if rng.random() < 0.8 else rng.randrange(1, 9)  # mostly back to back
+            at = min(at, len(data))
+        got = _kineto_scan.concat(data, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64))
+        assert got == b"".join(data[s:s + n] for s, n in zip(starts, lengths)), (starts, lengths)
+    with pytest.raises(ValueError):
+        _kineto_scan.concat(data, np.array([4090], dtype=np.int64), np.array([10], dtype=np.int64))
