@@ -70,6 +70,24 @@ def test_the_scanner_reads_the_same_in_any_chunks(tmp_path, monkeypatch, chunk):
     _same(decode_source(TraceSource(path), "full"), whole)
 
 
+def _outcome(path, detail="full", use_scanner=True):
+    from overlapscope.analyzer.errors import InputError
+
+    try:
+        return decode_source(TraceSource(str(path)), detail, use_scanner=use_scanner)
+    except InputError as err:
+        return err.problem
+
+
+def _read_alike(path) -> None:
+    """Both decoders give the same tables of ``path`` at the full detail, or both refuse it."""
+    outcomes = [_outcome(path), _outcome(path, use_scanner=False)]
+    if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
+        assert isinstance(outcomes[0], str) and isinstance(outcomes[1], str), outcomes
+    else:
+        _same(*outcomes)
+
+
 # Spellings of ts and dur as they stand in the JSON text: the scanner reads the common ones in
 # one pass (digits, a point, digits), the rest the long way; msgspec reads them all.
 NUMBER_SPELLINGS = ["0", "-0", "7", "0.5", "10.25", "-3.5", "12345678901234567", "123456789012345678",
@@ -80,8 +98,6 @@ NUMBER_SPELLINGS = ["0", "-0", "7", "0.5", "10.25", "-3.5", "12345678901234567",
 @pytest.mark.parametrize("spelling", NUMBER_SPELLINGS)
 def test_numbers_read_alike(tmp_path, spelling):
     """Each spelling of a kernel's ts and dur: the same value from both decoders, or refused by both."""
-    from overlapscope.analyzer.errors import InputError
-
     t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1)
     text = __import__("json").dumps(t.to_json())
     kernel = text.index('"cat": "kernel"')
@@ -91,16 +107,7 @@ def test_numbers_read_alike(tmp_path, spelling):
     assert marked != text
     path = tmp_path / "rank-0.json"
     path.write_text(marked)
-    outcomes = []
-    for use_scanner in (True, False):
-        try:
-            outcomes.append(decode_source(TraceSource(str(path)), "full", use_scanner=use_scanner))
-        except InputError as err:
-            outcomes.append(err.problem)
-    if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
-        assert isinstance(outcomes[0], str) and isinstance(outcomes[1], str), outcomes
-    else:
-        _same(*outcomes)
+    _read_alike(path)
 
 
 def test_strings_read_alike_wherever_their_escapes_fall(tmp_path):
@@ -126,8 +133,6 @@ def test_strings_read_alike_wherever_their_escapes_fall(tmp_path):
 def test_integers_read_alike(tmp_path, spelling):
     """An event's pid and an args integer in each spelling (the scanner reads plain digits in
     one look, the rest the long way): the same rows from both decoders, or refused by both."""
-    from overlapscope.analyzer.errors import InputError
-
     t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1)
     text = __import__("json").dumps(t.to_json())
     kernel = text.index('"cat": "kernel"')
@@ -137,25 +142,7 @@ def test_integers_read_alike(tmp_path, spelling):
     text = text[:args] + f'"z": {spelling}, ' + text[args:]
     path = tmp_path / "rank-0.json"
     path.write_text(text)
-    outcomes = []
-    for use_scanner in (True, False):
-        try:
-            outcomes.append(decode_source(TraceSource(str(path)), "full", use_scanner=use_scanner))
-        except InputError as err:
-            outcomes.append(err.problem)
-    if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
-        assert isinstance(outcomes[0], str) and isinstance(outcomes[1], str), outcomes
-    else:
-        _same(*outcomes)
-
-
-def _outcome(path, detail="full", use_scanner=True):
-    from overlapscope.analyzer.errors import InputError
-
-    try:
-        return decode_source(TraceSource(str(path)), detail, use_scanner=use_scanner)
-    except InputError as err:
-        return err.problem
+    _read_alike(path)
 
 
 def _memory_and_flows(tmp_path, memory: list[dict], flow_ids: list, name: str = "rank-0.json"):
@@ -189,12 +176,7 @@ def test_memory_values_and_flow_ids_read_alike_whatever_their_type(tmp_path):
     assert scanned.flows.column("flow_id").to_pylist() == [7, 7, -3, -3, None, None, 12, 12, 0, 0]
     for k, (odd_memory, odd_ids) in enumerate([([{"Bytes": 4.0}], [1]), ([{"Bytes": None}], [1]),
                                                ([{"Bytes": 2**70}], [1]), ([{}], [2**70]), ([{}], [1.5])]):
-        path = _memory_and_flows(tmp_path, odd_memory, odd_ids, f"odd-{k}.json")
-        outcomes = [_outcome(path), _outcome(path, use_scanner=False)]
-        if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
-            assert isinstance(outcomes[0], str) and isinstance(outcomes[1], str), (k, outcomes)
-        else:
-            _same(*outcomes)
+        _read_alike(_memory_and_flows(tmp_path, odd_memory, odd_ids, f"odd-{k}.json"))
 
 
 def test_codes_numbered_and_matched_as_numpy_does():

@@ -42,11 +42,12 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
     for table in ("steps", "annotation_roles"):
         database.insert_arrow(con, table, run_id, concat([_table(r, table) for r in results]))
     scripts = results[0].scripts if results else ()
-    largest = [0]  # rows of the largest table provided
+    largest = 0  # rows of the largest table provided
 
     def table_of(name: str) -> pa.Table:
+        nonlocal largest
         table = concat([r.table(name) for r in results])
-        largest[0] = max(largest[0], table.num_rows)
+        largest = max(largest, table.num_rows)
         return table
 
     for script in scripts:
@@ -56,7 +57,7 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
             continue
         # one table of every rank at a time (ranks' results may be files: RankResult.table)
         sql.provide(con, script, table_of, **params)
-    if largest[0] < database.ONE_THREAD_MAX_ROWS:  # the run scripts and the analyses that follow
+    if largest < database.ONE_THREAD_MAX_ROWS:  # the run scripts and the analyses that follow
         con.execute("SET threads = 1")
     return con, run_id
 

@@ -407,6 +407,15 @@ static const char *string_end(const char *p, const char *end) {
     return string_end_at(p, end, &escaped);
 }
 
+/* The end of a plain JSON integer at p (an optional minus, digits without a leading zero)
+ * that a delimiter follows, else NULL: most numbers in a trace, read in one look. */
+static inline const char *integer_end(const char *p, const char *end) {
+    const char *q = p + (p < end && *p == '-');
+    const char *digits = q;
+    while (q < end && DIGIT[(unsigned char)*q]) q++;
+    return q > digits && q < end && DELIM[(unsigned char)*q] && (*digits != '0' || q - digits == 1) ? q : NULL;
+}
+
 /* Whether [p, end) is a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)? */
 static int is_json_number(const char *p, const char *end) {
     const char *q = p;
@@ -473,13 +482,11 @@ static const char *value_end(const char *p, const char *end, int max_depth, int 
             } else if (!WS[(unsigned char)ch] && ch != ',' && ch != ':') {
                 /* a number or literal inside: JSON's (no NaN, no garbage), as msgspec reads it */
                 const char *q = p;
-                /* most are integers: digits up to a delimiter (no leading zero) pass in one look */
-                while (q < end && DIGIT[(unsigned char)*q]) q++;
-                if (q > p && q < end && DELIM[(unsigned char)*q] && (*p != '0' || q - p == 1)) {
-                    p = q;
+                const char *i = integer_end(p, end);  /* most are integers */
+                if (i) {
+                    p = i;
                     continue;
                 }
-                q = p;
                 while (q < end && !DELIM[(unsigned char)*q] && *q != '{' && *q != '[' && *q != '"') q++;
                 if (q == end) break;
                 if (!is_literal(p, q - p) && !is_json_number(p, q)) {
@@ -495,12 +502,8 @@ static const char *value_end(const char *p, const char *end, int max_depth, int 
         return NULL;
     }
     const char *start = p;
-    {   /* most are integers: digits up to a delimiter (no leading zero) pass in one look */
-        const char *q = p + (*p == '-');
-        const char *digits = q;
-        while (q < end && DIGIT[(unsigned char)*q]) q++;
-        if (q > digits && q < end && DELIM[(unsigned char)*q] && (*digits != '0' || q - digits == 1)) return q;
-    }
+    const char *i = integer_end(p, end);  /* most are integers */
+    if (i) return i;
     while (p < end && !DELIM[(unsigned char)*p]) p++;
     if (p == end && !final) {
         *need = 1;
@@ -627,11 +630,8 @@ static const char *scalar(Cursor *c, Py_ssize_t *len, int *is_string, int max_de
         c->p = e;
         *is_string = -1;
     } else {
-        /* most are integers: digits up to a delimiter (no leading zero) are one, in one look */
-        const char *q = start + (c->p < c->end && *c->p == '-');
-        const char *digits = q;
-        while (q < c->end && DIGIT[(unsigned char)*q]) q++;
-        if (q > digits && q < c->end && DELIM[(unsigned char)*q] && (*digits != '0' || q - digits == 1)) {
+        const char *q = integer_end(start, c->end);  /* most are integers */
+        if (q) {
             c->p = q;
             *is_string = 0;
             *len = q - start;

@@ -94,41 +94,37 @@ class Taken:
     the keys read for a few rows only (``lazy``: the allocator's values, read for its
     events), which stay as the scanner gave them and are gathered for those rows."""
 
-    def __init__(self, columns: list, bits: np.ndarray, rows: np.ndarray | None, keys: tuple, lazy=()):
-        self._index = {field_name: (k, kind) for k, (field_name, _, kind) in enumerate(keys)}
-        self._rows = rows  # slice row -> scanned row (None: the same)
-        self._lazy = {}
-        self._columns = {}
-        for k, (field_name, _, kind) in enumerate(keys):
-            if kind == "p":
-                self._columns[field_name] = (bits[rows] if rows is not None else bits) & (1 << (1 + k)) != 0
-            elif field_name in lazy:
-                self._lazy[field_name] = columns[k]
-            else:
-                values = columns[k][rows] if rows is not None else columns[k].copy()
-                self._columns[field_name] = values.view(np.float64) if kind == "f" else values
+    def __init__(self, columns: dict, lazy: dict | None = None, rows: np.ndarray | None = None):
+        self._columns = columns  # field -> its values per slice row
+        self._lazy = lazy or {}  # field -> (its values per scanned row, 'i' | 'f')
+        self._rows = rows  # slice row -> scanned row, for the lazy ones
 
     @classmethod
-    def of_columns(cls, columns: dict, keys: tuple) -> "Taken":
-        """Whole columns read another way (the msgspec decoder: ``taken_of``)."""
-        taken = cls([], np.zeros(0, dtype=np.uint32), None, ())
-        taken._index = {field_name: (k, kind) for k, (field_name, _, kind) in enumerate(keys)}
-        taken._columns = dict(columns)
-        return taken
+    def of_scan(cls, columns: list, bits: np.ndarray, rows: np.ndarray, keys: tuple, lazy=()) -> "Taken":
+        """The scanner's columns (one per key of ``keys``) and flags, for the slice ``rows``."""
+        gathered, kept = {}, {}
+        for k, (field_name, _, kind) in enumerate(keys):
+            if kind == "p":
+                gathered[field_name] = (bits[rows] & (1 << (1 + k))) != 0
+            elif field_name in lazy:
+                kept[field_name] = (columns[k], kind)
+            else:
+                gathered[field_name] = columns[k][rows].view(np.float64) if kind == "f" else columns[k][rows]
+        return cls(gathered, kept, rows)
 
     def __contains__(self, field_name: str) -> bool:
-        return field_name in self._index
+        return field_name in self._columns or field_name in self._lazy
 
     def __getitem__(self, field_name: str) -> np.ndarray:
         if field_name in self._lazy:
-            return self.at(field_name, np.arange(len(self._rows)) if self._rows is not None else slice(None))
+            return self.at(field_name, np.arange(len(self._rows)))
         return self._columns[field_name]
 
     def at(self, field_name: str, rows) -> np.ndarray:
         if field_name not in self._lazy:
             return self._columns[field_name][rows]
-        k, kind = self._index[field_name]
-        values = self._lazy[field_name][self._rows[rows] if self._rows is not None else rows]
+        values, kind = self._lazy[field_name]
+        values = values[self._rows[rows]]
         return values.view(np.float64) if kind == "f" else values
 
 
@@ -136,7 +132,7 @@ def _taken(scanned_took: list, flags: bytes, rows: np.ndarray, keys: tuple) -> t
     """The scanner's taken values (``keys``: a column of each) of ``rows``, and which rows are odd."""
     bits = np.frombuffer(flags, dtype=np.uint32)
     columns = [np.frombuffer(column, dtype=np.int64) for column in scanned_took]
-    return Taken(columns, bits, rows, keys, lazy=scan.MEMORY_TAKEN), (bits[rows] & 1) != 0
+    return Taken.of_scan(columns, bits, rows, keys, lazy=scan.MEMORY_TAKEN), (bits[rows] & 1) != 0
 
 
 def taken_of(raws: list, keys: tuple) -> tuple[dict, np.ndarray]:
@@ -166,7 +162,7 @@ def taken_of(raws: list, keys: tuple) -> tuple[dict, np.ndarray]:
                 took[field_name][i] = float(raw)
             else:
                 odd[i] = True
-    return Taken.of_columns(took, keys), odd
+    return Taken(took), odd
 
 
 def ts_ns(ts_us: np.ndarray) -> np.ndarray:
@@ -252,14 +248,10 @@ def _token_values(tokens: list, ids: list[int]) -> list:
 def _dense(token_ids: np.ndarray, tokens: list, missing) -> tuple[np.ndarray, list]:
     """Dense codes of token ids and their values (-1: ``missing``), without a sort:
     token ids are small integers, so a presence table numbers them in O(n)."""
-    shifted = token_ids.astype(np.int64) + 1  # -1 (absent) becomes 0
-    present = np.zeros(len(tokens) + 1, dtype=bool)
-    present[shifted] = True
-    distinct = np.flatnonzero(present)
-    remap = np.cumsum(present, dtype=np.int64) - 1
+    distinct, codes = col.distinct_codes(token_ids.astype(np.int64) + 1, len(tokens) + 1)  # -1 (absent) is 0
     ids = (distinct[distinct > 0] - 1).tolist()
     values = ([missing] if len(distinct) and distinct[0] == 0 else []) + _token_values(tokens, ids)
-    return remap[shifted].astype(np.int32), values
+    return codes.astype(np.int32), values
 
 
 ROW_BYTES = 53  # a kept row's column bytes in the scanner, without the taken values (_kineto_scan.c)
@@ -395,12 +387,6 @@ def _flow_columns(where: str, tokens: list, token_ints: np.ndarray, token_is_int
     number of tokens, so they are numbered without a sort (``columns.distinct_codes``);
     ids that are plain integers come as the scanner read them (``token_ints``)."""
     bound = len(tokens) + 1
-
-    def decoded(codes: np.ndarray, missing):
-        distinct, inverse = col.distinct_codes(codes.astype(np.int64) + 1, bound)  # -1 (none) is 0
-        ids = (distinct[distinct > 0] - 1).tolist()
-        return [missing] * int(np.count_nonzero(distinct == 0)) + _token_values(tokens, ids), inverse
-
     flow_id = np.full(len(ids), col.NULL_I64, dtype=np.int64)
     known = ids >= 0
     plain = known.copy()
@@ -408,10 +394,10 @@ def _flow_columns(where: str, tokens: list, token_ints: np.ndarray, token_is_int
     flow_id[plain] = token_ints[ids[plain]]
     others = known & ~plain  # ids given as strings (or other numbers): read as before
     if others.any():
-        id_values, id_of = decoded(ids[others], None)
+        id_of, id_values = _dense(ids[others], tokens, None)
         _check_ids([v for v in id_values if v is not None], where, "flow id")
         flow_id[others] = col.optional_ints(id_values)[id_of]
-    cat_values, cat_of = decoded(cats, "")
+    cat_of, cat_values = _dense(cats, tokens, "")
     ph_values, ph_of = col.distinct_codes(phs.astype(np.int64), 256)
     pid_codes, tid_codes = pids.astype(np.int64) + 1, tids.astype(np.int64) + 1
     pairs = pid_codes * bound + tid_codes
