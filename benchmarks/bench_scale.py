@@ -10,7 +10,8 @@ gzip members (header, the shared events, tail), so 256 ranks cost seconds to wri
 Every figure is a whole process (its workers included), measured in this run:
 ``analyze``, ``ingest``, and the stored-run queries ``analyze|buckets|diagnose --run``.
 The script prints a table and writes ``benchmarks/scale.svg`` (time and memory
-against ranks and size) and ``benchmarks/scale.json``.
+against ranks and size) and ``benchmarks/scale.json`` (a full run only: one with
+``--ranks`` or ``--sizes-mb`` given prints its table and leaves them as they are).
 
 Usage: python benchmarks/bench_scale.py [--ranks 1,8,64,256] [--sizes-mb 50,200,1000]
        [--hta-python PY] [--hta-limit-s 300] [--engine local|ray]
@@ -40,6 +41,11 @@ import sys
 from hta.trace_analysis import TraceAnalysis
 TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)
 """
+
+
+def _ints(listed: str) -> list[int]:
+    """``--ranks``/``--sizes-mb``: comma-separated integers; an empty list runs none."""
+    return [int(x) for x in listed.split(",") if x.strip()]
 
 
 # --- inputs -------------------------------------------------------------------------------
@@ -222,8 +228,8 @@ def main() -> int:
     header = (f"{'input':>12} {'ranks':>5} {'MB':>8} | {'analyze':>8} {'MB':>6} | {'ingest':>7} {'MB':>6} "
               f"{'disk MB':>8} | {'an --run':>8} {'bk --run':>8} {'dg --run':>8} | {'HTA s':>7} {'HTA MB':>6}")
     print(header)
-    points = [(f"{r}x54MB", BENCH / f"ranks-{r}", r, 1) for r in map(int, args.ranks.split(","))]
-    points += [(f"1x{s}MB", BENCH / f"size-{s}", 1, max(1, round(s / 47))) for s in map(int, args.sizes_mb.split(","))]
+    points = [(f"{r}x54MB", BENCH / f"ranks-{r}", r, 1) for r in _ints(args.ranks)]
+    points += [(f"1x{s}MB", BENCH / f"size-{s}", 1, max(1, round(s / 47))) for s in _ints(args.sizes_mb)]
     for label, folder, ranks, copies in points:
         build(folder, ranks, copies, trace, blobs)
         row = run_point(label, folder, args.engine, hta if ranks <= 64 else None, args.hta_limit_s)
@@ -235,6 +241,10 @@ def main() -> int:
               f"{f(row['ingest_s'], '7.2f')} {row['ingest_mb']:>6.0f} {row['catalog_mb']:>8.1f} | "
               f"{f(row['analyze_run_s'])} {f(row['buckets_run_s'])} {f(row['diagnose_run_s'])} | "
               f"{f(row.get('hta_s'), '7.1f')} {row.get('hta_mb') or 0:>6.0f}", flush=True)
+    defaults = {a.dest: a.default for a in parser._actions}
+    if (args.ranks, args.sizes_mb) != (defaults["ranks"], defaults["sizes_mb"]):
+        print("a partial run (--ranks or --sizes-mb given): benchmarks/scale.svg and scale.json left as they are")
+        return 0
     write_outputs(rows)
     print("wrote benchmarks/scale.svg and benchmarks/scale.json")
     return 0

@@ -179,6 +179,46 @@ def test_memory_values_and_flow_ids_read_alike_whatever_their_type(tmp_path):
         _read_alike(_memory_and_flows(tmp_path, odd_memory, odd_ids, f"odd-{k}.json"))
 
 
+def test_slices_flows_and_metadata_interleaved_read_alike(tmp_path):
+    """The scanner keeps slice rows apart from metadata and flow rows, and reads the slices'
+    columns as they are when none is dropped: interleaved in random orders, with and without
+    dropped rows of each reason (slices and flows alike), both decoders give the same tables,
+    counts and dropped reasons (in the same order), at every detail; events keep their file
+    order (event ids, flows, thread names)."""
+    import random
+
+    base = GpuTrace().step(1, 0, 1000)
+    for k in range(6):
+        base = base.kernel(10 + 100 * k, 60 + 100 * k, step=1, name=f"k{k}").comm(70 + 100 * k, 90 + 100 * k, step=1)
+    events = base.to_json()["traceEvents"]
+    extra = [{"ph": "M", "name": "thread_name", "pid": 100, "tid": t, "args": {"name": f"thread {t}"}} for t in (100, 7)]
+    extra += [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}}]
+    for k in range(5):
+        extra += [{"ph": "s", "id": k, "pid": 100, "tid": 100, "ts": 3 + k, "cat": "ac2g", "name": "ac2g"},
+                  {"ph": "f", "id": k, "pid": 0, "tid": 7, "ts": 4 + k, "cat": "ac2g", "name": "ac2g", "bp": "e"}]
+    extra += [{"ph": "i", "s": "t", "name": "mark", "cat": "cpu_instant_event", "pid": 100, "tid": 100, "ts": 11}]
+    bad = [{"ph": "X", "cat": "kernel", "name": "neg", "pid": 0, "tid": 7, "ts": 5, "dur": -1},
+           {"ph": "X", "cat": "kernel", "name": "nodur", "pid": 0, "tid": 7, "ts": 5},
+           {"ph": "X", "cat": "kernel", "name": "huge", "pid": 0, "tid": 7, "ts": 5, "dur": 1e13},
+           {"ph": "X", "cat": "kernel", "name": "far", "pid": 0, "tid": 7, "ts": 1e16, "dur": 1},
+           {"ph": "s", "id": 99, "pid": 100, "tid": 100, "ts": 1e16, "cat": "ac2g", "name": "ac2g"}]
+    rng = random.Random(13)
+    for case in range(8):
+        mixed = events + extra + (bad[case % len(bad):] if case % 2 else [])
+        rng.shuffle(mixed)
+        trace = {**base.to_json(), "traceEvents": mixed}
+        path = write(trace, tmp_path / f"mixed-{case}.json")
+        for detail in DETAILS:
+            scanned, decoded = _outcome(path, detail), _outcome(path, detail, use_scanner=False)
+            _same(scanned, decoded)
+            assert list(scanned.counts["dropped"].items()) == list(decoded.counts["dropped"].items())
+            names = [e["name"] for e in mixed if e["ph"] in "Xi" and e["name"] not in ("neg", "nodur", "huge", "far")]
+            kept = scanned.events.column("name").to_pylist()
+            assert kept == [n for n in names if n in kept], (case, detail)  # file order, whatever was kept
+        dropped = _outcome(path, "full").counts["dropped"]
+        assert sum(dropped.values()) == (len(bad) - case % len(bad) if case % 2 else 0)
+
+
 def test_codes_numbered_and_matched_as_numpy_does():
     """columns.distinct_codes and columns.member (presence tables over small codes) give what
     np.unique and np.isin give, at every bound (the table, or the sort past it)."""

@@ -18,25 +18,31 @@
  *
  * finish() returns
  *   n            events in traceEvents (kept or not); by_ph: bytes, 256 x int64 counts
- *   kept         rows kept; ph: bytes, kept x uint8 (0 when absent)
- *   cat, name,   bytes, kept x int32: token ids (-1 when absent) into ``tokens``
+ *   kept         rows kept (slice rows and other rows together)
+ *   ph           bytes, slice rows x uint8: the kept events of the slice phases (X, i, I), in
+ *                file order (the other phases' rows are apart: o_*, below)
+ *   cat, name,   bytes, slice rows x int32: token ids (-1 when absent) into ``tokens``
  *   pid, tid, id
- *   ts, dur      bytes, kept x float64 (NaN when absent)
- *   args_start,  bytes, kept x int64: the row's raw args object in ``args`` (ph M rows: in
- *                ``meta_args``; length 0: none kept)
- *   args_len
- *   args         bytes: the kept args objects, one after another (ph M rows': meta_args)
+ *   ts, dur      bytes, slice rows x float64 (NaN when absent)
+ *   args_start,  bytes, slice rows x int64: the row's raw args object in ``args`` (length 0:
+ *   args_len     none kept)
+ *   args         bytes: the slice rows' kept args objects, one after another in row order
+ *   o_ph, o_cat, the other kept rows (metadata M, flows s t f), in file order, as the slice
+ *   o_name, ...  rows' columns of the same name (no dur); o_args_start and o_args_len lie in
+ *                ``meta_args``. Apart, so that the slice rows' columns are the slices' own:
+ *                read as they are, not gathered (a third of a trace's events are flows)
+ *   meta_args    bytes: the metadata rows' kept args objects
  *   tokens       list of bytes: each distinct raw token once, quotes included for
  *                strings (so "12" and 12 stay apart); the caller decodes them
  *   token_ints,  bytes, tokens x int64 and x uint8: each token's value where it is a plain JSON
  *   token_is_int integer (1; NULL_I64 outside int64), else 0
  *   top          list of (key bytes, raw value bytes): the other top-level members
  *   gpu          whether an event of category "kernel" was seen
- *   took         list of len(take_keys) bytes, each kept x int64 (a column per key): the values of the args keys given as
+ *   took         list of len(take_keys) bytes, each slice rows x int64 (a column per key): the values of the args keys given as
  *                take_keys=[(key, 'i'|'f'|'p'), ...], read while scanning (integers as int64,
  *                NULL_I64 when absent or out of range; floats as a double's bits, NaN when
  *                absent or null), so that most events' args need no decoding
- *   took_flags   bytes, kept x uint32: 1 when a taken value was not of its type (decode that
+ *   took_flags   bytes, slice rows x uint32: 1 when a taken value was not of its type (decode that
  *                row to read it, or to refuse it); 1 << (1 + k) when presence key k is there
  *
  * Errors (ValueError, one line, with the byte offset) are the input's: invalid
@@ -266,8 +272,9 @@ typedef struct {
     Py_ssize_t token_bytes; /* the distinct tokens' bytes, with their table entries */
     int max_depth;
     /* columns */
-    Buf ph, cat, name, pid, tid, id, ts, dur, astart, alen, cond, args;
-    Buf margs;  /* the metadata events' (ph M) kept args: args holds the other rows' in row order */
+    Buf ph, cat, name, pid, tid, id, ts, dur, astart, alen, cond, args;  /* slice rows (X, i, I) */
+    Buf o_ph, o_cat, o_name, o_pid, o_tid, o_id, o_ts, o_astart, o_alen;  /* other rows (M, s, t, f) */
+    Buf margs;  /* the metadata events' (ph M) kept args: args holds the slice rows' in row order */
     long long n, by_ph[256];
     Table tokens;
     Arena arena;
@@ -957,13 +964,19 @@ static const char *take_args(Scanner *s, const char *p, const char *end, int64_t
  * length, cond), without the taken values. */
 #define ROW_BYTES 53
 
+/* Kept rows, slice and other: each counted at a slice row's size (what the msgspec decoder's
+ * cap counts alike: frames._check_kept). */
+static Py_ssize_t kept_rows(Scanner *s) {
+    return s->ph.len + s->o_ph.len;
+}
+
 static int over_kept(Scanner *s) {
-    return s->ph.len * s->row_bytes + s->args.len + s->margs.len + s->token_bytes > s->max_kept;
+    return kept_rows(s) * s->row_bytes + s->args.len + s->margs.len + s->token_bytes > s->max_kept;
 }
 
 static int kept_failure(Scanner *s) {
     gil_hold(s);
-    PyErr_Format(PyExc_ValueError, "keeps more than the limit: %zd events so far", s->ph.len);
+    PyErr_Format(PyExc_ValueError, "keeps more than the limit: %zd events so far", kept_rows(s));
     return -1;
 }
 
@@ -1205,6 +1218,14 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
         if (rc < 0) return nomem(s);
         alen = rc == 1 ? 0 : out->len - astart;
         if (!alen) astart = 0;
+    }
+    if (ph == 'M' || ph == 's' || ph == 't' || ph == 'f') {  /* not a slice: apart (o_*) */
+        if (buf_push(&s->o_ph, &ph, 1) || buf_push(&s->o_cat, &cat, 4) || buf_push(&s->o_name, &name, 4) ||
+            buf_push(&s->o_pid, &pid, 4) || buf_push(&s->o_tid, &tid, 4) || buf_push(&s->o_id, &id, 4) ||
+            buf_push(&s->o_ts, &ts, 8) || buf_push(&s->o_astart, &astart, 8) || buf_push(&s->o_alen, &alen, 8))
+            return nomem(s);
+        if (over_kept(s)) return kept_failure(s);
+        return 0;
     }
     if (buf_push(&s->ph, &ph, 1) || buf_push(&s->cat, &cat, 4) || buf_push(&s->name, &name, 4) ||
         buf_push(&s->pid, &pid, 4) || buf_push(&s->tid, &tid, 4) || buf_push(&s->id, &id, 4) ||
@@ -1495,13 +1516,17 @@ static PyObject *Scanner_finish(Scanner *s, PyObject *unused) {
     free(s->tokens.slots);
     s->tokens.slots = NULL;
     if (put(d, "tokens", tokens) || put(d, "n", PyLong_FromLongLong(s->n)) ||
-        put(d, "kept", PyLong_FromSsize_t(s->ph.len)) ||
+        put(d, "kept", PyLong_FromSsize_t(kept_rows(s))) ||
         put(d, "by_ph", PyBytes_FromStringAndSize((const char *)s->by_ph, sizeof(s->by_ph))) ||
         put(d, "ph", bytes_of(&s->ph)) || put(d, "cat", bytes_of(&s->cat)) || put(d, "name", bytes_of(&s->name)) ||
         put(d, "pid", bytes_of(&s->pid)) || put(d, "tid", bytes_of(&s->tid)) || put(d, "id", bytes_of(&s->id)) ||
         put(d, "ts", bytes_of(&s->ts)) || put(d, "dur", bytes_of(&s->dur)) ||
         put(d, "args_start", bytes_of(&s->astart)) || put(d, "args_len", bytes_of(&s->alen)) ||
         put(d, "args", bytes_of(&s->args)) || put(d, "meta_args", bytes_of(&s->margs)) ||
+        put(d, "o_ph", bytes_of(&s->o_ph)) || put(d, "o_cat", bytes_of(&s->o_cat)) ||
+        put(d, "o_name", bytes_of(&s->o_name)) || put(d, "o_pid", bytes_of(&s->o_pid)) ||
+        put(d, "o_tid", bytes_of(&s->o_tid)) || put(d, "o_id", bytes_of(&s->o_id)) || put(d, "o_ts", bytes_of(&s->o_ts)) ||
+        put(d, "o_args_start", bytes_of(&s->o_astart)) || put(d, "o_args_len", bytes_of(&s->o_alen)) ||
         put(d, "gpu", PyBool_FromLong(s->gpu)) ||
         put(d, "took_flags", bytes_of(&s->took_flags)))
         goto fail;
@@ -1526,7 +1551,9 @@ fail:
 
 static void free_all(Scanner *s) {
     Buf *bufs[] = {&s->pending, &s->ph, &s->cat, &s->name, &s->pid, &s->tid, &s->id, &s->ts, &s->dur,
-                   &s->astart, &s->alen, &s->cond, &s->args, &s->margs, &s->tokens.order, &s->took_flags};
+                   &s->astart, &s->alen, &s->cond, &s->args, &s->margs, &s->tokens.order, &s->took_flags,
+                   &s->o_ph, &s->o_cat, &s->o_name, &s->o_pid, &s->o_tid, &s->o_id, &s->o_ts, &s->o_astart,
+                   &s->o_alen};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         free(bufs[i]->data);
         memset(bufs[i], 0, sizeof(Buf));

@@ -94,45 +94,54 @@ class Taken:
     the keys read for a few rows only (``lazy``: the allocator's values, read for its
     events), which stay as the scanner gave them and are gathered for those rows."""
 
-    def __init__(self, columns: dict, lazy: dict | None = None, rows: np.ndarray | None = None):
+    def __init__(self, columns: dict, lazy: dict | None = None, rows: np.ndarray | None = None, n: int = 0):
         self._columns = columns  # field -> its values per slice row
         self._lazy = lazy or {}  # field -> (its values per scanned row, 'i' | 'f')
-        self._rows = rows  # slice row -> scanned row, for the lazy ones
+        self._rows = rows  # slice row -> scanned row, for the lazy ones (None: the same row)
+        self._n = n  # slice rows
 
     @classmethod
-    def of_scan(cls, columns: list, bits: np.ndarray, rows: np.ndarray, keys: tuple, lazy=()) -> "Taken":
-        """The scanner's columns (one per key of ``keys``) and flags, for the slice ``rows``."""
+    def of_scan(cls, columns: list, bits: np.ndarray, rows: np.ndarray | None, keys: tuple, lazy=()) -> "Taken":
+        """The scanner's columns (one per key of ``keys``) and flags, for the slice ``rows``
+        (None: every scanned row, read as they are)."""
+        pick = _picker(rows)
         gathered, kept = {}, {}
         for k, (field_name, _, kind) in enumerate(keys):
             if kind == "p":
-                gathered[field_name] = (bits[rows] & (1 << (1 + k))) != 0
+                gathered[field_name] = (pick(bits) & (1 << (1 + k))) != 0
             elif field_name in lazy:
                 kept[field_name] = (columns[k], kind)
             else:
-                gathered[field_name] = columns[k][rows].view(np.float64) if kind == "f" else columns[k][rows]
-        return cls(gathered, kept, rows)
+                gathered[field_name] = pick(columns[k]).view(np.float64) if kind == "f" else pick(columns[k])
+        return cls(gathered, kept, rows, len(bits) if rows is None else len(rows))
 
     def __contains__(self, field_name: str) -> bool:
         return field_name in self._columns or field_name in self._lazy
 
     def __getitem__(self, field_name: str) -> np.ndarray:
         if field_name in self._lazy:
-            return self.at(field_name, np.arange(len(self._rows)))
+            return self.at(field_name, np.arange(self._n))
         return self._columns[field_name]
 
     def at(self, field_name: str, rows) -> np.ndarray:
         if field_name not in self._lazy:
             return self._columns[field_name][rows]
         values, kind = self._lazy[field_name]
-        values = values[self._rows[rows]]
+        values = values[rows if self._rows is None else self._rows[rows]]
         return values.view(np.float64) if kind == "f" else values
 
 
-def _taken(scanned_took: list, flags: bytes, rows: np.ndarray, keys: tuple) -> tuple[Taken, np.ndarray]:
-    """The scanner's taken values (``keys``: a column of each) of ``rows``, and which rows are odd."""
+def _picker(rows: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
+    """A column's values at ``rows``: gathered, or (None: every row) the column as it is."""
+    return (lambda column: column) if rows is None else (lambda column: column[rows])
+
+
+def _taken(scanned_took: list, flags: bytes, rows: np.ndarray | None, keys: tuple) -> tuple[Taken, np.ndarray]:
+    """The scanner's taken values (``keys``: a column of each) of ``rows`` (None: all), and which
+    rows are odd."""
     bits = np.frombuffer(flags, dtype=np.uint32)
     columns = [np.frombuffer(column, dtype=np.int64) for column in scanned_took]
-    return Taken.of_scan(columns, bits, rows, keys, lazy=scan.MEMORY_TAKEN), (bits[rows] & 1) != 0
+    return Taken.of_scan(columns, bits, rows, keys, lazy=scan.MEMORY_TAKEN), (_picker(rows)(bits) & 1) != 0
 
 
 def taken_of(raws: list, keys: tuple) -> tuple[dict, np.ndarray]:
@@ -213,19 +222,26 @@ def _check_ids(values: list, where: str, what: str) -> None:
             raise InputError(where, f"not a Kineto trace: an event's {what} is {v!r}, not an integer or a string")
 
 
+_DROP_REASONS = ("missing or invalid ts", "missing dur", "negative dur", "dur over 1e12 us")
+
+
 def _check_times(ph: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, dict]:
     """Rows whose ts and dur the analyses can use, and the count of the others by reason.
 
     ph: the rows' phases (uint8). Complete events (X) need a duration >= 0; instants
     and flows have none (0)."""
+    # the common case, every row usable, in four passes (NaN compares false)
+    fine = np.abs(ts) <= MAX_TS_US
+    fine &= (ph != ord("X")) | ((dur >= 0) & (dur <= MAX_DUR_US))
+    if fine.all():
+        return fine, {}
     dropped = {}
     bad_ts = ~np.isfinite(ts) | (np.abs(np.nan_to_num(ts)) > MAX_TS_US)
     complete = ph == ord("X")
     missing_dur = complete & np.isnan(dur) & ~bad_ts
     negative = complete & (dur < 0) & ~bad_ts
     huge = complete & (~np.isfinite(dur) | (dur > MAX_DUR_US)) & ~np.isnan(dur) & ~bad_ts & ~negative
-    for reason, mask in (("missing or invalid ts", bad_ts), ("missing dur", missing_dur),
-                         ("negative dur", negative), ("dur over 1e12 us", huge)):
+    for reason, mask in zip(_DROP_REASONS, (bad_ts, missing_dur, negative, huge)):
         n = int(np.count_nonzero(mask))
         if n:
             dropped[reason] = n
@@ -287,6 +303,7 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     tokens = scanned["tokens"]
     by_ph = np.frombuffer(scanned["by_ph"], dtype=np.int64)
     _check_phases(by_ph, where)
+    # the slice rows (X, i, I) and, apart, the other kept rows (M, and flows: s, t, f)
     ph = np.frombuffer(scanned["ph"], dtype=np.uint8)
     cat = np.frombuffer(scanned["cat"], dtype=np.int32)
     name = np.frombuffer(scanned["name"], dtype=np.int32)
@@ -294,47 +311,55 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     tid = np.frombuffer(scanned["tid"], dtype=np.int32)
     ts = np.frombuffer(scanned["ts"], dtype=np.float64)
     dur = np.frombuffer(scanned["dur"], dtype=np.float64)
+    o_ph = np.frombuffer(scanned["o_ph"], dtype=np.uint8)
+    o_ts = np.frombuffer(scanned["o_ts"], dtype=np.float64)
     n_slices = int(sum(by_ph[ord(c)] for c in SLICE_PH))
     n_flows = int(sum(by_ph[ord(c)] for c in FLOW_PH_CHARS))
     counts = {"events": scanned["n"], "slices": n_slices, "flows": n_flows,
               "ignored": int(scanned["n"] - n_slices - n_flows - by_ph[ord("M")]),
               "text_replaced": fixed.get("text_replaced", 0)}
 
-    timed = np.isin(ph, np.frombuffer((SLICE_PH + FLOW_PH_CHARS).encode(), dtype=np.uint8))
-    usable = np.ones(len(ph), dtype=bool)
-    ok, dropped = _check_times(ph[timed], ts[timed], dur[timed])
-    usable[np.flatnonzero(timed)[~ok]] = False
-    counts["dropped"] = dropped
-    slice_rows = np.flatnonzero(np.isin(ph, np.frombuffer(SLICE_PH.encode(), dtype=np.uint8)) & usable)
-    flow_rows = np.flatnonzero(np.isin(ph, np.frombuffer(FLOW_PH_CHARS.encode(), dtype=np.uint8)) & usable)
-    meta_rows = np.flatnonzero(ph == ord("M"))
+    ok, dropped = _check_times(ph, ts, dur)
+    # every slice row usable (the rule): the columns are read as they are, not gathered
+    slice_rows = None if ok.all() else np.flatnonzero(ok)
+    pick = _picker(slice_rows)
+    meta_rows = np.flatnonzero(o_ph == ord("M"))
+    flow_at = np.flatnonzero(o_ph != ord("M"))
+    flows_ok, flows_dropped = _check_times(o_ph[flow_at], o_ts[flow_at], np.zeros(len(flow_at)))
+    flow_rows = flow_at[flows_ok]
+    counts["dropped"] = _dropped_sum(dropped, flows_dropped)
     if not n_slices:
         raise InputError(where, "not a Kineto trace: no complete (ph X) events")
-    if not len(slice_rows):
-        raise InputError(where, f"no usable events: {_dropped_text(dropped)}")
+    n = len(ph) if slice_rows is None else len(slice_rows)
+    if not n:
+        raise InputError(where, f"no usable events: {_dropped_text(counts['dropped'])}")
 
-    cat_codes, cats = _dense(cat[slice_rows], tokens, "")
-    name_codes, names = _dense(name[slice_rows], tokens, "")
-    pid_codes, pids = _dense(pid[slice_rows], tokens, 0)
-    tid_codes, tids = _dense(tid[slice_rows], tokens, 0)
+    cat_codes, cats = _dense(pick(cat), tokens, "")
+    name_codes, names = _dense(pick(name), tokens, "")
+    pid_codes, pids = _dense(pick(pid), tokens, 0)
+    tid_codes, tids = _dense(pick(tid), tokens, 0)
     _check_ids(pids + tids, where, "pid or tid")
     track_codes, track_keys = _tracks(pid_codes, pids, tid_codes, tids)
-    dur_us = np.nan_to_num(dur[slice_rows], nan=0.0)  # instants have no duration
+    dur_us = np.nan_to_num(pick(dur), nan=0.0)  # instants have no duration
     starts = np.frombuffer(scanned["args_start"], dtype=np.int64)
     lengths = np.frombuffer(scanned["args_len"], dtype=np.int64)
     arena = scanned["args"]
     view = memoryview(arena)
 
+    def scanned_rows(rows) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        return rows if slice_rows is None else slice_rows[rows]
+
     def args(rows) -> list:
-        picked = slice_rows[np.asarray(rows, dtype=np.int64)]
+        picked = scanned_rows(rows)
         return [view[s:s + n] if n else _EMPTY_ARGS for s, n in zip(starts[picked].tolist(), lengths[picked].tolist())]
 
     def args_json(rows) -> bytes:
-        picked = slice_rows[np.asarray(rows, dtype=np.int64)]
+        picked = scanned_rows(rows)
         return _kineto_scan.gather(arena, np.ascontiguousarray(starts[picked]), np.ascontiguousarray(lengths[picked]))
 
     def args_column(rows):
-        picked = slice_rows[np.asarray(rows, dtype=np.int64)]
+        picked = scanned_rows(rows)
         run_lengths = np.ascontiguousarray(lengths[picked])
         # rows whose args lie back to back in the scanner's arena, in order, from its start
         # (every slice of a full load that dropped none: the scanner keeps the metadata
@@ -347,18 +372,24 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
         return col.json_column(run_lengths, _kineto_scan.concat(arena, np.ascontiguousarray(starts[picked]),
                                                                 run_lengths))
 
+    o_name = np.frombuffer(scanned["o_name"], dtype=np.int32)
+    o_pid = np.frombuffer(scanned["o_pid"], dtype=np.int32)
+    o_tid = np.frombuffer(scanned["o_tid"], dtype=np.int32)
     flows = {}
     if detail == "full":
-        ids = np.frombuffer(scanned["id"], dtype=np.int32)[flow_rows]
+        o_cat = np.frombuffer(scanned["o_cat"], dtype=np.int32)
+        ids = np.frombuffer(scanned["o_id"], dtype=np.int32)[flow_rows]
         flows = _flow_columns(where, tokens, np.frombuffer(scanned["token_ints"], dtype=np.int64),
-                              np.frombuffer(scanned["token_is_int"], dtype=np.uint8), ids, cat[flow_rows],
-                              ph[flow_rows], pid[flow_rows], tid[flow_rows], ts_ns(ts[flow_rows]), track_keys)
+                              np.frombuffer(scanned["token_is_int"], dtype=np.uint8), ids, o_cat[flow_rows],
+                              o_ph[flow_rows], o_pid[flow_rows], o_tid[flow_rows], ts_ns(o_ts[flow_rows]), track_keys)
     meta_view = memoryview(scanned["meta_args"])
+    meta_starts = np.frombuffer(scanned["o_args_start"], dtype=np.int64)
+    meta_lengths = np.frombuffer(scanned["o_args_len"], dtype=np.int64)
     meta_events = [
-        MetaEvent(token_value(tokens[name[r]]) if name[r] >= 0 else "",
-                  token_value(tokens[pid[r]]) if pid[r] >= 0 else 0,
-                  token_value(tokens[tid[r]]) if tid[r] >= 0 else 0,
-                  bytes(meta_view[starts[r]:starts[r] + lengths[r]]) if lengths[r] else _EMPTY_ARGS)
+        MetaEvent(token_value(tokens[o_name[r]]) if o_name[r] >= 0 else "",
+                  token_value(tokens[o_pid[r]]) if o_pid[r] >= 0 else 0,
+                  token_value(tokens[o_tid[r]]) if o_tid[r] >= 0 else 0,
+                  bytes(meta_view[meta_starts[r]:meta_starts[r] + meta_lengths[r]]) if meta_lengths[r] else _EMPTY_ARGS)
         for r in meta_rows.tolist()
     ]
     try:
@@ -370,8 +401,8 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     except msgspec.DecodeError as err:
         raise InputError(where, f"invalid JSON in the trace's header: {err}") from None
     return Frame(
-        header=header, n=len(slice_rows), name_codes=name_codes, names=names, cat_codes=cat_codes, cats=cats,
-        track_codes=track_codes, track_keys=track_keys, ts_ns=ts_ns(ts[slice_rows]), dur_ns=dur_ns(dur_us),
+        header=header, n=n, name_codes=name_codes, names=names, cat_codes=cat_codes, cats=cats,
+        track_codes=track_codes, track_keys=track_keys, ts_ns=ts_ns(pick(ts)), dur_ns=dur_ns(dur_us),
         args=args, args_json=args_json, args_column=args_column,
         **dict(zip(("took", "took_odd"), _taken(scanned["took"], scanned["took_flags"], slice_rows,
                                                 take_keys(detail)))),
@@ -415,6 +446,17 @@ def _flow_columns(where: str, tokens: list, token_ints: np.ndarray, token_is_int
         "ts_ns": ts,
         "track_id": np.array(track_of_pair, dtype=np.int64)[pair_of] if len(ids) else np.zeros(0, dtype=np.int64),
     }
+
+
+def _dropped_sum(*counts: dict) -> dict:
+    """Dropped rows by reason, summed over ``counts`` (slice rows and flow rows), in the
+    reasons' order (``_check_times``)."""
+    total = {}
+    for reason in _DROP_REASONS:
+        n = sum(c.get(reason, 0) for c in counts)
+        if n:
+            total[reason] = n
+    return total
 
 
 def _dropped_text(dropped: dict) -> str:
@@ -532,9 +574,7 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits, text_repl
     flow_ts = _none_as_nan(e.ts for e in flow_evs)
     flow_ok, flow_dropped = _check_times(np.full(len(flow_evs), ord("s"), dtype=np.uint8), flow_ts,
                                          np.zeros(len(flow_evs)))
-    for reason, n in flow_dropped.items():
-        dropped[reason] = dropped.get(reason, 0) + n
-    counts["dropped"] = dropped
+    dropped = counts["dropped"] = _dropped_sum(dropped, flow_dropped)
     rows = np.flatnonzero(ok).tolist()
     slices = [slices[i] for i in rows]
     ts, dur = ts[rows], np.nan_to_num(dur[rows], nan=0.0)

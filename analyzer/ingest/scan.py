@@ -111,7 +111,8 @@ def too_much_kept(events: int, limits: Limits) -> str:
 @dataclass
 class Scanned:
     """What the scanner kept of one file: its columns as raw buffers (``Scanner.finish``:
-    ph, cat, name, pid, tid, id, ts, dur, args_start, args_len, args, took, took_flags,
+    the slice rows' ph, cat, name, pid, tid, id, ts, dur, args_start, args_len, args, took,
+    took_flags; the metadata and flow rows' apart, o_ph ... o_args_len and meta_args;
     tokens, top, by_ph, n, gpu) and the count of replaced invalid text (``textfix``)."""
 
     columns: dict
