@@ -8,13 +8,14 @@ that keeps every core busy more than one that keeps one busy). HTA runs from its
 (``--hta-python``, default ``.bench/hta-venv/bin/python``; ``make bench``
 creates it) and is skipped when that is absent.
 
-Inputs (built once under ``.bench/inputs`` from the reference trace
-``df_index_resolver.json.gz``, 54 MB uncompressed, 216k events):
-  one    1 rank
-  four   4 ranks (copies with the rank rewritten in distributedInfo)
-  eight  8 ranks (the same)
-  large  8 ranks of about 200 MB each (the reference events repeated with
-         shifted timestamps and correlation ids)
+Inputs (built once under ``.bench/scale`` by bench_scale.py's builder, which its own
+points share, from the reference trace ``df_index_resolver.json.gz``, 47 MB
+decompressed, 216k events):
+  one    1 rank (ranks-1)
+  four   4 ranks (ranks-4: copies with the rank rewritten in distributedInfo)
+  eight  8 ranks (ranks-8: the same)
+  large  8 ranks of about 200 MB each (large-8x200MB: the reference events repeated
+         with shifted timestamps, correlation ids, flow ids and step numbers)
 
 ``--before DIR`` also times an earlier overlapscope in the same run: a checkout of
 it (``git worktree add DIR <commit>``, its C scanner built in place), run from DIR
@@ -36,12 +37,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import proctree  # noqa: E402 (beside this script)
+import bench_scale  # noqa: E402 (beside this script: the inputs' builder)
+import proctree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ROOT.parent / "shared" / "reference_traces" / "gpu_allreduce_v100_rank1_of2" / "df_index_resolver.json.gz"
 BENCH = ROOT / ".bench"
-INPUTS = BENCH / "inputs"
 LARGE_RANKS, LARGE_BYTES = 8, 200_000_000
 
 HTA_SCRIPT = """
@@ -58,55 +58,16 @@ print("HTA_RESULT", overlap["comp_comm_overlap_pctg"].round(2).tolist(), round(t
 
 # --- inputs -------------------------------------------------------------------------
 
-def _write_gz(path: Path, trace: dict) -> None:
-    with gzip.open(path, "wb", compresslevel=6) as f:
-        f.write(json.dumps(trace).encode())
-
-
 def build_inputs() -> dict[str, Path]:
-    if not REFERENCE.is_file():
-        sys.exit(f"benchmark input not found: {REFERENCE}")
-    with gzip.open(REFERENCE, "rb") as f:
-        trace = json.load(f)
-    paths = {"one": INPUTS / "one", "four": INPUTS / "four", "eight": INPUTS / "eight", "large": INPUTS / "large"}
-    if not (paths["one"] / "rank-1.json.gz").exists():
-        paths["one"].mkdir(parents=True, exist_ok=True)
-        _write_gz(paths["one"] / "rank-1.json.gz", trace)
-    if not (paths["four"] / "rank-3.json.gz").exists():
-        paths["four"].mkdir(parents=True, exist_ok=True)
-        for rank in range(4):
-            trace["distributedInfo"].update(rank=rank, world_size=4)
-            _write_gz(paths["four"] / f"rank-{rank}.json.gz", trace)
-    if not (paths["eight"] / "rank-7.json.gz").exists():
-        paths["eight"].mkdir(parents=True, exist_ok=True)
-        for rank in range(8):
-            trace["distributedInfo"].update(rank=rank, world_size=8)
-            _write_gz(paths["eight"] / f"rank-{rank}.json.gz", trace)
-    if not (paths["large"] / f"rank-{LARGE_RANKS - 1}.json.gz").exists():
-        paths["large"].mkdir(parents=True, exist_ok=True)
-        events = trace["traceEvents"]
-        timed = [e for e in events if "ts" in e and e.get("ph") != "M"]
-        span_us = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed)
-        copies = max(1, round(LARGE_BYTES / len(json.dumps(trace))))
-        big = [e for e in events if e.get("ph") == "M"]
-        for k in range(copies):
-            for e in timed:
-                c = dict(e, ts=e["ts"] + k * (span_us + 1000))
-                args = c.get("args")
-                if args and ("correlation" in args or "External id" in args):
-                    c["args"] = {**args, **{key: args[key] + k * 10_000_000 for key in ("correlation", "External id")
-                                            if isinstance(args.get(key), int)}}
-                if "id" in c and isinstance(c["id"], int):
-                    c["id"] += k * 10_000_000
-                if c.get("name", "").startswith("ProfilerStep#"):
-                    c["name"] = f"ProfilerStep#{int(c['name'].split('#')[1]) + 100 * k}"
-                big.append(c)
-        events_json = json.dumps(big).encode()  # serialised once, spliced into each rank's file
-        for rank in range(LARGE_RANKS):
-            head = {k: v for k, v in trace.items() if k != "traceEvents"}
-            head["distributedInfo"] = dict(trace["distributedInfo"], rank=rank, world_size=LARGE_RANKS)
-            with gzip.open(paths["large"] / f"rank-{rank}.json.gz", "wb", compresslevel=6) as f:
-                f.write(json.dumps(head).encode()[:-1] + b', "traceEvents": ' + events_json + b"}")
+    """The inputs, built once by bench_scale's builder (the same files as its own points:
+    one copy of the reference per rank, or its events repeated for the large ranks)."""
+    trace, blobs = bench_scale.load_reference(), {}
+    paths = {name: bench_scale.BENCH / f"ranks-{ranks}" for name, ranks in (("one", 1), ("four", 4), ("eight", 8))}
+    paths["large"] = bench_scale.BENCH / f"large-{LARGE_RANKS}x{LARGE_BYTES // 1_000_000}MB"
+    for name, path in paths.items():
+        ranks = LARGE_RANKS if name == "large" else int(path.name.split("-")[1])
+        copies = max(1, round(LARGE_BYTES / bench_scale.REFERENCE_BYTES)) if name == "large" else 1
+        bench_scale.build(path, ranks, copies, trace, blobs)
     return paths
 
 

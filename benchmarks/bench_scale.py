@@ -34,6 +34,7 @@ import proctree  # noqa: E402 (beside this script)
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference_traces" / "gpu_allreduce_v100_rank1_of2" / "df_index_resolver.json.gz"
 BENCH = ROOT / ".bench" / "scale"
+REFERENCE_BYTES = 47_000_000  # the reference trace's decompressed size, about (a copy of its events)
 CLI = [sys.executable, "-m", "overlapscope.cli"]
 
 HTA_SCRIPT = """
@@ -55,7 +56,7 @@ def _member(data: bytes) -> bytes:
     return c.compress(data) + c.flush()
 
 
-def _load_reference() -> dict:
+def load_reference() -> dict:
     if not REFERENCE.is_file():
         sys.exit(f"benchmark input not found: {REFERENCE}")
     with gzip.open(REFERENCE, "rb") as f:
@@ -221,7 +222,7 @@ def main() -> int:
     parser.add_argument("--hta-python", default=str(ROOT / ".bench" / "hta-venv" / "bin" / "python"))
     parser.add_argument("--hta-limit-s", type=float, default=300)
     args = parser.parse_args()
-    trace = _load_reference()
+    trace = load_reference()
     blobs: dict = {}
     hta = [args.hta_python, "-c", HTA_SCRIPT] if Path(args.hta_python).exists() else None
     rows = []
@@ -229,7 +230,7 @@ def main() -> int:
               f"{'disk MB':>8} | {'an --run':>8} {'bk --run':>8} {'dg --run':>8} | {'HTA s':>7} {'HTA MB':>6}")
     print(header)
     points = [(f"{r}x54MB", BENCH / f"ranks-{r}", r, 1) for r in _ints(args.ranks)]
-    points += [(f"1x{s}MB", BENCH / f"size-{s}", 1, max(1, round(s / 47))) for s in _ints(args.sizes_mb)]
+    points += [(f"1x{s}MB", BENCH / f"size-{s}", 1, max(1, round(s * 1_000_000 / REFERENCE_BYTES))) for s in _ints(args.sizes_mb)]
     for label, folder, ranks, copies in points:
         build(folder, ranks, copies, trace, blobs)
         row = run_point(label, folder, args.engine, hta if ranks <= 64 else None, args.hta_limit_s)
