@@ -440,3 +440,38 @@ def test_small_stores_run_their_sql_on_one_thread_and_large_ones_on_every_core(m
         monkeypatch.undo()
         small.con.close()
         large.con.close()
+
+
+def test_a_rank_store_compressed_after_each_rank_ships_the_same_tables(monkeypatch, tmp_path):
+    """A worker's store is compressed (database.compress) each time CHECKPOINT_BYTES more are
+    in: compressed after every rank, it ships the same tables as never compressed. The store
+    holds no flows (no rank script reads them); the staging folder keeps them whole."""
+    import pyarrow.parquet as pq
+
+    from overlapscope.analyzer.engine import rank
+    from overlapscope.analyzer.ingest.decode import decode_source
+    from overlapscope.analyzer.ingest.inputs import resolve
+    from overlapscope.analyzer.ingest.limits import from_env
+    from overlapscope.analyzer.store import database, runstore
+
+    inputs, limits = resolve([str(SAMPLES / "hsdp_2x2")]), from_env()
+    flows_in_store = []
+    real = database.compress
+
+    def spy(con):
+        flows_in_store.append(con.execute("SELECT count(*) FROM flows").fetchone()[0])
+        real(con)
+
+    monkeypatch.setattr(database, "compress", spy)
+    tables = {}
+    for limit in (2**62, 1):
+        monkeypatch.setattr(rank, "CHECKPOINT_BYTES", limit)
+        out = tmp_path / str(limit)
+        tasks = [rank.RankTask(s, "full", limits, out_dir=str(out)) for s in inputs.sources]
+        tables[limit] = [{name: _rows(t) for name, t in r.tables.items()} for r in rank.map_group(tasks)]
+    assert flows_in_store == [0, 0, 0, 0]  # compressed after each of the 4 ranks, with the small limit only
+    assert tables[1] == tables[2**62] and tables[1][0]["collective_stats"]
+    for source in inputs.sources:  # the flows in the staging folder, as decoded
+        decoded = decode_source(source, "full", limits=limits)
+        staged = pq.read_table(runstore.rank_file(out, "raw", "flows", decoded.meta["rank"]))
+        assert decoded.flows.num_rows > 0 and staged.num_rows == decoded.flows.num_rows

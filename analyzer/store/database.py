@@ -157,18 +157,28 @@ def _insert_table(con, table: str, run_id: int, rank: int, data) -> None:
         con.unregister("_incoming")
 
 
+def compress(con) -> None:
+    """Compress an in-memory store's tables (a checkpoint: DuckDB compresses what it holds
+    when it checkpoints, and checkpoints by itself only after a large insert)."""
+    con.execute("CHECKPOINT")
+
+
 def insert_ranks_run(con, run_id: int, device_kind: str | None, parallelism: str | None = None) -> None:
     """The ``runs`` row of a one-shot store's ranks (a worker's group: ``engine.rank.map_group``)."""
     _insert_row(con, "runs", {"run_id": run_id, "name": "ranks", "parallelism": parallelism,
                               "device_kind": device_kind})
 
 
-def insert_rank(con, run_id: int, data: RankData) -> None:
-    """One decoded rank's row and tables into run ``run_id`` (``insert_ranks_run`` first;
-    ``steps`` once every rank is in)."""
+def insert_rank(con, run_id: int, data: RankData, tables: tuple[str, ...] = RANK_TABLES) -> int:
+    """One decoded rank's row and tables (``tables`` of RANK_TABLES) into run ``run_id``
+    (``insert_ranks_run`` first; ``steps`` once every rank is in); the bytes inserted (Arrow's)."""
     _insert_row(con, "ranks", {"run_id": run_id, **_rank_row(data)})
-    for table in RANK_TABLES:
-        _insert_table(con, _TABLE_OF.get(table, table), run_id, data.meta["rank"], getattr(data, table))
+    inserted = 0
+    for table in tables:
+        rows = getattr(data, table)
+        _insert_table(con, _TABLE_OF.get(table, table), run_id, data.meta["rank"], rows)
+        inserted += rows.nbytes
+    return inserted
 
 
 def insert_run(con: duckdb.DuckDBPyConnection, ranks: list[RankData], name: str, source: str,
