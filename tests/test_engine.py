@@ -475,3 +475,24 @@ def test_a_rank_store_compressed_after_each_rank_ships_the_same_tables(monkeypat
         decoded = decode_source(source, "full", limits=limits)
         staged = pq.read_table(runstore.rank_file(out, "raw", "flows", decoded.meta["rank"]))
         assert decoded.flows.num_rows > 0 and staged.num_rows == decoded.flows.num_rows
+
+
+def test_a_large_reduce_keeps_the_ranks_tables_compressed_and_answers_the_same(monkeypatch):
+    """The reduce stores the ranks' tables as tables of its store, not temporary ones, so a
+    checkpoint compresses them (DuckDB cannot compress temporary tables); a large reduce is
+    compressed once they are in, a small one is not, and every command answers the same."""
+    from overlapscope.analyzer.store import database
+
+    paths = [str(SAMPLES / "fsdp_per_block")]
+    compressed = []
+    real = database.compress
+    monkeypatch.setattr(database, "compress", lambda con: (compressed.append(con), real(con)))
+    small = map_run(paths, "attribution")
+    assert compressed == []
+    monkeypatch.setattr(database, "ONE_THREAD_MAX_ROWS", 0)
+    large = map_run(paths, "attribution")
+    assert compressed == [large.con]
+    stored = large.con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()
+    assert ("collective_stats",) in stored and ("overlap_step",) in stored
+    for command in (api.analyze_run, api.buckets_run, api.diagnose_run):
+        assert command(*_con_and_id(large)) == command(*_con_and_id(small)), command.__name__

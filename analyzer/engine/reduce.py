@@ -28,6 +28,10 @@ def concat(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(non_empty, promote_options="permissive")
 
 
+# The ranks' tables are stored tables of the reduce's store, not temporary ones
+# (sql.provide): DuckDB compresses stored tables when it checkpoints, and cannot compress
+# temporary ones. A large reduce is compressed once they are in: in a 256-rank ingest the
+# parent then peaked at 812-816 MiB instead of 913 MiB (measured; 0.3 s more).
 def reduce_results(results: list[RankResult], name: str, source: str, manifest: Manifest | None = None,
                    manifest_text: str | None = None, tags: dict | None = None, threads: int | None = None,
                    con=None):
@@ -59,6 +63,8 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
         sql.provide(con, script, table_of, **params)
     if largest < database.ONE_THREAD_MAX_ROWS:  # the run scripts and the analyses that follow
         con.execute("SET threads = 1")
+    else:  # the ranks' tables compressed: what the parent holds through the analyses (below)
+        database.compress(con)
     return con, run_id
 
 

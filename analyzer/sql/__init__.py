@@ -184,12 +184,14 @@ def provide(con, name: str, table_of, /, **params) -> None:
     (``Script.shipped``), asked for one at a time, so that a caller reading them from
     files holds one at once: the map over ranks ran the script on every rank apart and
     the comparison across ranks gets the rows of all of them. Later ``ensure`` calls of
-    the script, or of scripts that require it, take them as they are.
+    the script, or of scripts that require it, take them as they are. They are stored
+    tables, not temporary ones as the script makes them, so that a checkpoint compresses
+    them (the reduce's in-memory store: engine/reduce.py).
     """
     for table in script(name).shipped:
         con.register("_provided", table_of(table))
         try:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM _provided")
+            con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM _provided")
         finally:
             con.unregister("_provided")
     mark_done(con, name, **params)
