@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from overlapscope.analyzer.ingest import frames
@@ -316,3 +318,44 @@ def test_concat_joins_ranges_as_slicing_does():
         assert got == b"".join(data[s:s + n] for s, n in zip(starts, lengths)), (starts, lengths)
     with pytest.raises(ValueError):
         _kineto_scan.concat(data, np.array([4090], dtype=np.int64), np.array([10], dtype=np.int64))
+
+
+def test_any_mix_of_phases_and_times_reads_alike(tmp_path_factory):
+    """Hypothesis draws event lists of every kept phase (slices, instants, metadata, flows)
+    in any order, with times and durations of every kind (valid, missing, negative, huge,
+    non-finite, of the wrong type): both decoders give the same tables, counts and dropped
+    reasons at every detail, or refuse the trace with the same problem."""
+    from hypothesis import given, settings, strategies as st
+
+    times = st.one_of(st.integers(0, 10**6), st.floats(0, 1e6, allow_nan=False), st.none(),
+                      st.sampled_from([-5, 1e13, 1e16, "7", True]))
+    slices = st.fixed_dictionaries(
+        {"ph": st.sampled_from(["X", "i"]), "cat": st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy"]),
+         "name": st.sampled_from(["k", "aten::mm", "cudaLaunchKernel", "ProfilerStep#1", "nccl:all_reduce"]),
+         "pid": st.sampled_from([0, 100, "Spans"]), "tid": st.sampled_from([7, 100]), "ts": times, "dur": times},
+        optional={"args": st.fixed_dictionaries({}, optional={"correlation": st.integers(0, 9),
+                                                             "External id": st.integers(0, 9)})})
+    metas = st.fixed_dictionaries({"ph": st.just("M"), "name": st.sampled_from(["thread_name", "process_name"]),
+                                   "pid": st.sampled_from([0, 100]), "tid": st.sampled_from([7, 100]),
+                                   "args": st.fixed_dictionaries({"name": st.sampled_from(["a", "b"])})})
+    flows = st.fixed_dictionaries({"ph": st.sampled_from(["s", "f"]), "id": st.integers(0, 3),
+                                   "pid": st.sampled_from([0, 100]), "tid": st.sampled_from([7, 100]),
+                                   "ts": times, "cat": st.just("ac2g"), "name": st.just("ac2g")})
+    folder = tmp_path_factory.mktemp("mix")
+    base = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1).to_json()
+
+    @settings(max_examples=40, deadline=None, derandomize=True, database=None)
+    @given(st.lists(st.one_of(slices, metas, flows), max_size=12))
+    def check(extra):
+        path = write({**base, "traceEvents": base["traceEvents"] + extra}, folder / "rank-0.json")
+        for detail in DETAILS:
+            scanned, decoded = _outcome(path, detail), _outcome(path, detail, use_scanner=False)
+            if isinstance(scanned, str) or isinstance(decoded, str):  # the scanner says where, too
+                assert re.sub(r" \(at byte \d+\)$", "", str(scanned)) == decoded, (detail, scanned, decoded)
+            else:
+                _same(scanned, decoded)
+                assert list(scanned.counts["dropped"].items()) == list(decoded.counts["dropped"].items())
+                durations = scanned.events.column("dur_ns").to_pylist()
+                assert min(durations) >= 0  # an instant's dur, whatever it says, is none (0)
+
+    check()

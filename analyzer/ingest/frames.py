@@ -222,6 +222,12 @@ def _check_ids(values: list, where: str, what: str) -> None:
             raise InputError(where, f"not a Kineto trace: an event's {what} is {v!r}, not an integer or a string")
 
 
+def _durations(ph: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """The usable rows' durations (us): a complete event's (X, checked by ``_check_times``),
+    0 for an instant, whatever its dur says (a huge one would overflow int64 ns)."""
+    return np.where(ph == ord("X"), np.nan_to_num(dur, nan=0.0), 0.0)
+
+
 _DROP_REASONS = ("missing or invalid ts", "missing dur", "negative dur", "dur over 1e12 us")
 
 
@@ -340,7 +346,7 @@ def from_scan(path: str, member: str | None, where: str, detail: str, limits: Li
     tid_codes, tids = _dense(pick(tid), tokens, 0)
     _check_ids(pids + tids, where, "pid or tid")
     track_codes, track_keys = _tracks(pid_codes, pids, tid_codes, tids)
-    dur_us = np.nan_to_num(pick(dur), nan=0.0)  # instants have no duration
+    dur_us = _durations(pick(ph), pick(dur))
     starts = np.frombuffer(scanned["args_start"], dtype=np.int64)
     lengths = np.frombuffer(scanned["args_len"], dtype=np.int64)
     arena = scanned["args"]
@@ -577,7 +583,7 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits, text_repl
     dropped = counts["dropped"] = _dropped_sum(dropped, flow_dropped)
     rows = np.flatnonzero(ok).tolist()
     slices = [slices[i] for i in rows]
-    ts, dur = ts[rows], np.nan_to_num(dur[rows], nan=0.0)
+    ts, dur = ts[rows], _durations(slice_ph[rows], dur[rows])
     flow_evs = [flow_evs[i] for i in np.flatnonzero(flow_ok).tolist()]
     flow_ts = flow_ts[flow_ok]
     if not slices:
