@@ -322,9 +322,10 @@ def test_concat_joins_ranges_as_slicing_does():
 
 def test_any_mix_of_phases_and_times_reads_alike(tmp_path_factory):
     """Hypothesis draws event lists of every kept phase (slices, instants, metadata, flows)
-    in any order, with times and durations of every kind (valid, missing, negative, huge,
-    non-finite, of the wrong type): both decoders give the same tables, counts and dropped
-    reasons at every detail, or refuse the trace with the same problem."""
+    in any order, before or after the trace's first kernel, with times and durations of
+    every kind (valid, missing, negative, huge, of the wrong type): both decoders give the
+    same tables, counts and dropped reasons at every detail, or refuse the trace with the
+    same problem."""
     from hypothesis import given, settings, strategies as st
 
     times = st.one_of(st.integers(0, 10**6), st.floats(0, 1e6, allow_nan=False), st.none(),
@@ -345,9 +346,12 @@ def test_any_mix_of_phases_and_times_reads_alike(tmp_path_factory):
     base = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1).to_json()
 
     @settings(max_examples=40, deadline=None, derandomize=True, database=None)
-    @given(st.lists(st.one_of(slices, metas, flows), max_size=12))
-    def check(extra):
-        path = write({**base, "traceEvents": base["traceEvents"] + extra}, folder / "rank-0.json")
+    @given(st.lists(st.one_of(slices, metas, flows), max_size=12), st.booleans())
+    def check(extra, first):
+        # first: the drawn events before the trace's kernel, so that a CPU op is kept on
+        # condition (a CPU-only trace's compute) until the kernel shows it a GPU trace
+        events = extra + base["traceEvents"] if first else base["traceEvents"] + extra
+        path = write({**base, "traceEvents": events}, folder / "rank-0.json")
         for detail in DETAILS:
             scanned, decoded = _outcome(path, detail), _outcome(path, detail, use_scanner=False)
             if isinstance(scanned, str) or isinstance(decoded, str):  # the scanner says where, too
