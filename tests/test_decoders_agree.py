@@ -323,19 +323,32 @@ def test_concat_joins_ranges_as_slicing_does():
 def test_any_mix_of_phases_and_times_reads_alike(tmp_path_factory):
     """Hypothesis draws event lists of every kept phase (slices, instants, metadata, flows)
     in any order, before or after the trace's first kernel, with times and durations of
-    every kind (valid, missing, negative, huge, of the wrong type): both decoders give the
-    same tables, counts and dropped reasons at every detail, or refuse the trace with the
-    same problem."""
-    from hypothesis import given, settings, strategies as st
+    every kind (valid, missing, negative, huge, of the wrong type) and args of every kind
+    (ids, sizes and the allocator's values as written, as strings, floats, past int64,
+    null, nested): both decoders give the same tables, counts and dropped reasons at every
+    detail, or refuse the trace with the same problem. It found three disagreements (a
+    collective kernel's stream, a row kept without its args, an instant's duration)."""
+    from hypothesis import example, given, settings, strategies as st
 
     times = st.one_of(st.integers(0, 10**6), st.floats(0, 1e6, allow_nan=False), st.none(),
                       st.sampled_from([-5, 1e13, 1e16, "7", True]))
+    # args values as written, and odd: strings of digits, floats, past int64, null, nested
+    ids = st.one_of(st.integers(0, 9), st.sampled_from(["12", "x", 1.5, 2**70, -(2**63), None, [1], {"a": 1}]))
+    args = st.fixed_dictionaries({}, optional={
+        "correlation": ids, "External id": ids, "stream": ids, "device": ids, "flops": ids,
+        "Collective name": st.sampled_from(["all_reduce", "", 5]), "In msg nelems": ids,
+        "Group size": ids, "dtype": st.sampled_from(["Float", None]),
+        "Input Dims": st.sampled_from([[[4, 4]], [], "x"]),
+        "Bytes": ids, "Total Allocated": ids, "Device Id": ids, "Device Type": ids})
     slices = st.fixed_dictionaries(
-        {"ph": st.sampled_from(["X", "i"]), "cat": st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy"]),
-         "name": st.sampled_from(["k", "aten::mm", "cudaLaunchKernel", "ProfilerStep#1", "nccl:all_reduce"]),
-         "pid": st.sampled_from([0, 100, "Spans"]), "tid": st.sampled_from([7, 100]), "ts": times, "dur": times},
-        optional={"args": st.fixed_dictionaries({}, optional={"correlation": st.integers(0, 9),
-                                                             "External id": st.integers(0, 9)})})
+        {"ph": st.sampled_from(["X", "i"]),
+         "cat": st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "cpu_instant_event",
+                                 "user_annotation"]),
+         "name": st.sampled_from(["k", "aten::mm", "cudaLaunchKernel", "ProfilerStep#1", "nccl:all_reduce",
+                                  "record_param_comms", "[memory]", "c10d::allreduce_", 'q"\\u00e9']),
+         "pid": st.sampled_from([0, 100, "Spans", -1]), "tid": st.sampled_from([7, 100, "x"]), "ts": times,
+         "dur": times},
+        optional={"args": args})
     metas = st.fixed_dictionaries({"ph": st.just("M"), "name": st.sampled_from(["thread_name", "process_name"]),
                                    "pid": st.sampled_from([0, 100]), "tid": st.sampled_from([7, 100]),
                                    "args": st.fixed_dictionaries({"name": st.sampled_from(["a", "b"])})})
@@ -345,8 +358,14 @@ def test_any_mix_of_phases_and_times_reads_alike(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mix")
     base = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1).to_json()
 
-    @settings(max_examples=40, deadline=None, derandomize=True, database=None)
+    kernel = {"ph": "X", "cat": "kernel", "name": "nccl:all_reduce", "pid": 0, "tid": 7, "ts": 0, "dur": 1}
+    annotation = {"ph": "X", "cat": "user_annotation", "name": "[memory]", "pid": 0, "tid": 7, "ts": 0, "dur": 0}
+
+    @settings(max_examples=60, deadline=None, derandomize=True, database=None)
     @given(st.lists(st.one_of(slices, metas, flows), max_size=12), st.booleans())
+    @example([{**kernel, "args": {"Collective name": "all_reduce", "stream": 1.5}}], False)  # found by it
+    @example([{**annotation, "args": {"Bytes": 0}}], False)  # a row kept without its args: found by it
+    @example([{**kernel, "ph": "i", "dur": 1e16}], False)  # an instant's huge dur: found by it
     def check(extra, first):
         # first: the drawn events before the trace's kernel, so that a CPU op is kept on
         # condition (a CPU-only trace's compute) until the kernel shows it a GPU trace

@@ -29,8 +29,8 @@ from overlapscope.analyzer.ingest.frames import Frame, frame
 from overlapscope.analyzer.ingest.scan import Scanned
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 from overlapscope.analyzer.ingest.kineto import (
-    CORRELATION_DECODER, DEVICE_ARGS_DECODER, HOST_ARGS_DECODER, LAUNCH_DECODER, MEMORY_ARGS_DECODER, OP_ARGS_DECODER,
-    META_ARGS_DECODER,
+    COLLECTIVE_ARGS_DECODER, CORRELATION_DECODER, DEVICE_ARGS_DECODER, HOST_ARGS_DECODER, LAUNCH_DECODER,
+    MEMORY_ARGS_DECODER, OP_ARGS_DECODER, META_ARGS_DECODER,
 )
 
 NULL = col.NULL_I64
@@ -326,7 +326,7 @@ def _collective_kernels(fr: Frame, device_rows, kind, coll: _CollectiveRows, nam
     """Rows of the kernels that run a collective (comm kernels, or any naming one): decoded whole."""
     rows = device_rows[fr.took.at("collective", device_rows) | (kind[device_rows] == KIND_CODE["comm"])]
     if len(rows):
-        coll.add_kernels(rows, DEVICE_ARGS_DECODER.decode(fr.args_json(rows)), names, name_codes)
+        coll.add_kernels(rows, COLLECTIVE_ARGS_DECODER.decode(fr.args_json(rows)), names, name_codes)
 
 
 def _fill_args_overlap(fr: Frame, device_rows, host_rows, cols: _Columns, kind, names, name_codes) -> dict:

@@ -606,14 +606,17 @@ def from_msgspec(data: bytes, where: str, detail: str, limits: Limits, text_repl
                                                   col.NULL_I64) for e in flow_evs], dtype=np.int64),
         }
     header = msgspec.structs.replace(trace)  # the header fields; the events are gone
+    took, took_odd = taken_of([e.args for e in slices], take_keys(detail))
+    for e in slices:  # a row kept without its args (keep_mode 1, 3) has none, as the scanner keeps it
+        if modes[(e.__struct_config__.tag, e.cat or "", e.name or "")] in (1, 3):
+            e.args = msgspec.Raw(_EMPTY_ARGS)
     return Frame(
         header=header, n=n, name_codes=name_codes, names=names, cat_codes=cat_codes, cats=cats,
         track_codes=track_codes, track_keys=track_keys, ts_ns=ts_ns(ts), dur_ns=dur_ns(dur),
         args=lambda rows: [slices[i].args for i in np.asarray(rows).tolist()],
         args_json=lambda rows: b"[" + b",".join([slices[i].args for i in np.asarray(rows).tolist()]) + b"]",
         args_column=lambda rows: col.raw_json([slices[i].args for i in np.asarray(rows).tolist()]),
-        **dict(zip(("took", "took_odd"), taken_of([e.args for e in slices], take_keys(detail)))),
-        gpu_trace=gpu_trace, flows=flows,
+        took=took, took_odd=took_odd, gpu_trace=gpu_trace, flows=flows,
         meta_events=[MetaEvent(e.name or "", 0 if e.pid is None else e.pid, 0 if e.tid is None else e.tid,
                                _EMPTY_ARGS if bytes(memoryview(e.args)[:1]) == b"n" else bytes(e.args))
                      for e in meta_evs],

@@ -147,6 +147,23 @@ class DeviceArgs(msgspec.Struct, gc=False):
     bytes: IntLike = NULL_I64  # memcpy / memset size
 
 
+class CollectiveArgs(msgspec.Struct, gc=False):
+    """What a collective kernel's args say of its collective (kind, sizes, group): the
+    fields of DeviceArgs that ``decode._collective_kernels`` reads, and no others, so that
+    both decoders judge the same fields at every detail (the scanner keeps none of the ids
+    it reads into columns in an args text: a stream of the wrong type is refused through
+    those columns where a detail reads it, and nowhere else)."""
+
+    collective: StrLike = msgspec.field(default=None, name="Collective name")
+    in_elems: IntLike = msgspec.field(default=NULL_I64, name="In msg nelems")
+    out_elems: IntLike = msgspec.field(default=NULL_I64, name="Out msg nelems")
+    group_size: IntLike = msgspec.field(default=NULL_I64, name="Group size")
+    dtype: StrLike = None
+    pg_name: StrLike = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: StrLike = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: msgspec.Raw = msgspec.field(default=_ABSENT, name="Process Group Ranks")
+
+
 class HostArgs(msgspec.Struct, gc=False):
     """Arguments of CPU-side events: ops, annotations, runtime calls."""
 
@@ -227,6 +244,7 @@ HEADER_DECODER = msgspec.json.Decoder(TraceHeader)
 
 
 DEVICE_ARGS_DECODER = msgspec.json.Decoder(list[DeviceArgs])
+COLLECTIVE_ARGS_DECODER = msgspec.json.Decoder(list[CollectiveArgs])
 HOST_ARGS_DECODER = msgspec.json.Decoder(list[HostArgs])
 CORRELATION_DECODER = msgspec.json.Decoder(list[CorrelationArgs])
 LAUNCH_DECODER = msgspec.json.Decoder(list[LaunchArgs])
