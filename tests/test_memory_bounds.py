@@ -35,12 +35,16 @@ def _gzip_repeated(path, block: bytes, copies: int, head: bytes = b"", tail: byt
         f.write(member(tail))
 
 
-PEAK = """
-import sys
+# the probes' helper: a line of /proc/self/status in bytes (VmRSS, VmHWM)
+STATUS = """
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
             return int(line.split()[1]) * 1024
+"""
+
+PEAK = STATUS + """
+import sys
 from overlapscope.analyzer.ingest.decode import decode_source
 from overlapscope.analyzer.ingest.inputs import TraceSource
 from overlapscope.analyzer.ingest import limits
@@ -173,12 +177,8 @@ def test_a_real_trace_decodes_in_a_fraction_of_its_size(trace_200mb, detail):
     assert peak - start < SHARE[detail] * size
 
 
-ANALYZE_PEAK = """
-import contextlib, io, sys
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024
+ANALYZE_PEAK = STATUS + """
+import sys
 import duckdb, numpy, pyarrow  # noqa: F401 (in the start-up footprint: a run's imports)
 from overlapscope.analyzer import api
 from overlapscope.analyzer.ingest import decode  # noqa: F401

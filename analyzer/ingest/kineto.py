@@ -129,27 +129,9 @@ IntLike = int | str
 StrLike = str | int | None
 
 
-class DeviceArgs(msgspec.Struct, gc=False):
-    """Arguments of GPU-side events (kernels, memcpy, memset, sync, GPU annotations)."""
-
-    device: IntLike = NULL_I64
-    stream: IntLike = NULL_I64
-    correlation: IntLike = NULL_I64
-    external_id: IntLike = msgspec.field(default=NULL_I64, name="External id")
-    collective: StrLike = msgspec.field(default=None, name="Collective name")
-    in_elems: IntLike = msgspec.field(default=NULL_I64, name="In msg nelems")
-    out_elems: IntLike = msgspec.field(default=NULL_I64, name="Out msg nelems")
-    group_size: IntLike = msgspec.field(default=NULL_I64, name="Group size")
-    dtype: StrLike = None
-    pg_name: StrLike = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: StrLike = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: msgspec.Raw = msgspec.field(default=_ABSENT, name="Process Group Ranks")
-    bytes: IntLike = NULL_I64  # memcpy / memset size
-
-
 class CollectiveArgs(msgspec.Struct, gc=False):
     """What a collective kernel's args say of its collective (kind, sizes, group): the
-    fields of DeviceArgs that ``decode._collective_kernels`` reads, and no others, so that
+    fields that ``decode._collective_kernels`` reads, and no others, so that
     both decoders judge the same fields at every detail (the scanner keeps none of the ids
     it reads into columns in an args text: a stream of the wrong type is refused through
     those columns where a detail reads it, and nowhere else)."""
@@ -164,19 +146,21 @@ class CollectiveArgs(msgspec.Struct, gc=False):
     pg_ranks: msgspec.Raw = msgspec.field(default=_ABSENT, name="Process Group Ranks")
 
 
-class HostArgs(msgspec.Struct, gc=False):
+class DeviceArgs(CollectiveArgs, gc=False):
+    """Arguments of GPU-side events (kernels, memcpy, memset, sync, GPU annotations)."""
+
+    device: IntLike = NULL_I64
+    stream: IntLike = NULL_I64
+    correlation: IntLike = NULL_I64
+    external_id: IntLike = msgspec.field(default=NULL_I64, name="External id")
+    bytes: IntLike = NULL_I64  # memcpy / memset size
+
+
+class HostArgs(CollectiveArgs, gc=False):
     """Arguments of CPU-side events: ops, annotations, runtime calls."""
 
     external_id: IntLike = msgspec.field(default=NULL_I64, name="External id")
     correlation: IntLike = NULL_I64
-    collective: StrLike = msgspec.field(default=None, name="Collective name")
-    in_elems: IntLike = msgspec.field(default=NULL_I64, name="In msg nelems")
-    out_elems: IntLike = msgspec.field(default=NULL_I64, name="Out msg nelems")
-    group_size: IntLike = msgspec.field(default=NULL_I64, name="Group size")
-    dtype: StrLike = None
-    pg_name: StrLike = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: StrLike = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: msgspec.Raw = msgspec.field(default=_ABSENT, name="Process Group Ranks")
     input_dims: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input type")
     flops: float | None = None
