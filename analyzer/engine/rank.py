@@ -39,8 +39,8 @@ STORE_TABLES = ("tracks", "events", "collectives", "memory", "roles")  # of stor
 # DuckDB compresses an in-memory store's tables when it checkpoints, and checkpoints by
 # itself only after a large insert: a group of small ranks (analyze's detail, 8 MB of Arrow
 # a rank) stayed uncompressed, 253 MB for 32 ranks of the reference trace against 11 MB
-# once compressed. A checkpoint every 64 MiB inserted held such a group's worker at 373
-# MiB against 575 MiB, for 0.4 s more on 6.3 s (measured); groups of a few ranks never
+# once compressed. A checkpoint every 64 MiB inserted held such a group's worker at 411
+# MiB against 575 MiB, for 0.13 s more on 6.3 s (measured); groups of a few ranks never
 # reach it.
 CHECKPOINT_BYTES = 64 * 2**20
 # Stored per-rank tables of a rank's load, beside the rank scripts' results.
