@@ -46,6 +46,29 @@ def intersection(a, b):
     return total
 
 
+def minus(a, b):
+    """The union ``a`` less the union ``b``, as intervals."""
+    out = []
+    j = 0
+    for s, e in a:
+        while j < len(b) and b[j][1] <= s:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > s:
+                out.append([s, b[k][0]])
+            s = max(s, b[k][1])
+            k += 1
+        if e > s:
+            out.append([s, e])
+    return out
+
+
+def clip(a, start, end):
+    """The part of the union ``a`` inside [start, end]."""
+    return [[max(s, start), min(e, end)] for s, e in a if min(e, end) > max(s, start)]
+
+
 def gpu_overlap(trace: dict) -> dict:
     """README definition: comm = NCCL kernels, compute = every other kernel (us)."""
     kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
@@ -111,3 +134,51 @@ def launches(trace: dict) -> dict:
         inner = min(around, key=lambda r: r["dur"])["name"] if around else None
         out[e["args"]["correlation"]] = (step, inner)
     return out
+
+
+def gloo_steps(trace: dict) -> list:
+    """CPU-only, per ProfilerStep (docs/definitions.md "step", "spill in, spill out"), in ms:
+    compute, comm, exposed comm, step, idle, spill in and spill out. An op belongs to the
+    ProfilerStep range it starts in; a window runs from its range's start to the next one's,
+    the last one's to the end of its range or of its own work, whichever is later. Assumes
+    no memcpy/memset (a gloo CPU trace has none)."""
+    xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    ranges = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
+                    for e in xs if e["name"].startswith("ProfilerStep#"))
+    comm_threads = {e["tid"] for e in xs if e["name"].startswith("gloo:")}
+
+    def work(pick):
+        return [(e, (e["ts"], e["ts"] + e["dur"])) for e in xs if pick(e) and e["dur"] > 0]
+
+    comm = work(lambda e: e["name"].startswith("gloo:"))
+    comp = work(lambda e: e.get("cat") == "cpu_op" and e["name"].startswith("aten::")
+                and e["tid"] not in comm_threads)
+    all_comp = union(iv for _, iv in comp)
+    all_work = union([iv for _, iv in comp] + [iv for _, iv in comm])
+
+    def step_of(e):
+        for start, end, n in ranges:
+            if start <= e["ts"] < end:
+                return n
+        return None
+
+    steps = []
+    for i, (start, end, n) in enumerate(ranges):
+        own_comp = union(iv for e, iv in comp if step_of(e) == n)
+        own_comm = union(iv for e, iv in comm if step_of(e) == n)
+        exposed = minus(own_comm, all_comp)
+        own = union(own_comp + exposed)  # disjoint: exposed comm lies outside all compute
+        if i + 1 < len(ranges):
+            w_end = ranges[i + 1][0]
+        else:
+            w_end = max([end] + [e for _, e in own_comp + own_comm])
+        own_in = length(clip(own, start, w_end))
+        ms = lambda us: float(us / 1000)  # noqa: E731
+        steps.append({
+            "step": n, "compute_ms": ms(length(own_comp)), "comm_ms": ms(length(own_comm)),
+            "exposed_comm_ms": ms(length(exposed)), "step_ms": ms(w_end - start),
+            "idle_ms": ms(w_end - start - length(clip(all_work, start, w_end))),
+            "spill_in_ms": ms(length(clip(all_work, start, w_end)) - own_in),
+            "spill_out_ms": ms(length(own) - own_in),
+        })
+    return steps

@@ -11,7 +11,7 @@ import pytest
 
 from overlapscope.analyzer.api import analyze
 from conftest import step_parts_ms
-from intervals_ref import gloo_overlap, read
+from intervals_ref import gloo_overlap, gloo_steps, read
 
 pytest.importorskip("torch")
 HERE = Path(__file__).parent
@@ -61,11 +61,29 @@ def test_steps_are_consistent(ddp_run):
         # corrected by work that crossed the step boundary (a gloo span outliving its step)
         assert min(s["idle_ms"], s["other_ms"], s["spill_in_ms"], s["spill_out_ms"]) >= 0
         assert step_parts_ms(s) == pytest.approx(s["step_ms"], abs=1e-5)
-    # what the first step spills out, the last takes in; the last step's window covers its own work
+    # the last step's window covers its own work
     for rank in (0, 1):
-        first, last = [s for s in result["steps"] if s["rank"] == rank]
-        assert last["spill_out_ms"] == 0
-        assert last["spill_in_ms"] >= first["spill_out_ms"] - 1e-6
+        assert [s["spill_out_ms"] for s in result["steps"] if s["rank"] == rank][-1] == 0
+
+
+def test_steps_match_an_independent_recomputation(ddp_run):
+    """Every step's figures, spill in and out included, against plain interval code.
+
+    What the first step spills out is not always what the last takes in: time where the
+    first step's late work runs beside the last step's own is the last step's own
+    (docs/definitions.md). In 2 of 60 captures, step 2's last all-reduce (0.763 and 1.146 ms
+    exposed past its window) ran beside step 3's first (0.055 and 0.185 ms of it), so step 3
+    took in 0.707 and 0.962 ms: the check this test replaces compared the two and failed."""
+    result = analyze([str(ddp_run)])
+    for rank in (0, 1):
+        got = [s for s in result["steps"] if s["rank"] == rank]
+        ref = gloo_steps(read(ddp_run / f"rank-{rank}.pt.trace.json"))
+        assert [s["step"] for s in got] == [s["step"] for s in ref]
+        for g, r in zip(got, ref):
+            for key in ("compute_ms", "comm_ms", "exposed_comm_ms", "step_ms", "idle_ms",
+                        "spill_in_ms", "spill_out_ms"):
+                assert g[key] == pytest.approx(r[key], abs=1e-6), (rank, r["step"], key)
+            assert g["other_ms"] == 0  # the reference assumes no memcpy/memset
 
 
 def test_parallel_and_serial_loads_agree(ddp_run):

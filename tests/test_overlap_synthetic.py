@@ -166,6 +166,32 @@ def test_exposed_comm_that_runs_into_the_next_step(tmp_path):
         assert s["step_ms"] == pytest.approx(step_parts_ms(s), abs=1e-9)
 
 
+def test_late_comm_beside_the_next_steps_own_is_that_steps_own(tmp_path):
+    # What one step spills out is not what the next takes in when the two steps' work runs
+    # side by side: that time is the window's own step's (docs/definitions.md). A real gloo
+    # capture did this (tests/test_gloo_ddp.py): step 1's last all-reduce beside step 2's first.
+    #   step 1 window [0, 100), step 2 window [100, 200)
+    #   compute (step 1)  |=======|                           0 .. 80
+    #   comm    (step 1)          |==========|                80 .. 140, stream 20
+    #   compute (step 2)            |=|                       100 .. 110
+    #   comm    (step 2)               |=====|                120 .. 150, stream 21
+    #   compute (step 2)                     |=====|          150 .. 200
+    # step 1: exposed 80..100 and 110..140 = 50, 30 of it past its window: spill out 30.
+    # step 2: its window is all work (100); its own is 60 of compute and 30 of exposed comm
+    # (120..150): spill in 10 (110..120), not 30: 120..140 is step 2's own.
+    t = (GpuTrace().step(1, 0, 90).step(2, 100, 90)
+         .kernel(0, 80, step=1).comm(80, 60, step=1)
+         .kernel(100, 10, step=2).comm(120, 30, stream=21, step=2).kernel(150, 50, step=2))
+    res = run(tmp_path, t)
+    s1, s2 = res["steps"]
+    assert (s1["step_ms"], s2["step_ms"]) == pytest.approx((100 * US, 100 * US))
+    assert (s1["exposed_comm_ms"], s1["spill_out_ms"], s1["spill_in_ms"]) == pytest.approx((50 * US, 30 * US, 0))
+    assert (s2["compute_ms"], s2["exposed_comm_ms"]) == pytest.approx((60 * US, 30 * US))
+    assert (s2["spill_out_ms"], s2["spill_in_ms"], s2["idle_ms"]) == pytest.approx((0, 10 * US, 0))
+    for s in res["steps"]:
+        assert s["step_ms"] == pytest.approx(step_parts_ms(s), abs=1e-9)
+
+
 def test_nanosecond_timestamps_are_exact(tmp_path):
     # Fractional microseconds are nanoseconds: 0.001 us of overlap must survive.
     t = GpuTrace().step(1, 0, 10).kernel(0.5, 1.001, step=1).comm(1.5, 1.0, step=1)
