@@ -1,9 +1,11 @@
 """Benchmark: whole-process ``overlapscope analyze`` against Holistic Trace Analysis.
 
-Both tools run as separate processes on the same inputs in one run; the script
-prints wall time and the peak memory of each process tree (a parent and its
-workers together), and the ratios. Time is the median of undisturbed runs, memory
-is sampled in one more run (``proctree.py``: the sampler's CPU would slow a tool
+Both tools run as separate processes on the same inputs in one run, in turns (pairs of
+runs, each tool first in every other pair: the machine drifts by 5-20 % over minutes,
+and a ratio of two medians taken minutes apart drifted with it); the script prints wall
+time and the peak memory of each process tree (a parent and its workers together), the
+median of the pairs' time ratios and their lowest and highest. Time is the median of
+undisturbed runs, memory is sampled in one more run (``proctree.py``: the sampler's CPU would slow a tool
 that keeps every core busy more than one that keeps one busy). HTA runs from its own virtual environment
 (``--hta-python``, default ``.bench/hta-venv/bin/python``; ``make bench``
 creates it) and is skipped when that is absent.
@@ -85,6 +87,28 @@ def uncompressed_mb(path: Path) -> float:
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
+def bench_pairs(ours: list[str], theirs: list[str], repeat: int) -> tuple[float, float, list[float], float, float, str, str]:
+    """Both tools in turns: ``repeat`` pairs, each tool first in every other pair, so that
+    the machine's drift (one run to the next varies by 5-20 %, over minutes more) falls on
+    both alike. Returns the median wall seconds of each, the pairs' ratios (theirs / ours),
+    each one's peak tree MB from one more sampled run, and each one's last stdout."""
+    env = dict(ENV)
+    proctree.run(ours, env)  # first runs fill the bytecode caches
+    proctree.run(theirs, env)
+    walls_ours, walls_theirs = [], []
+    for i in range(repeat):
+        if i % 2:
+            walls_theirs.append(proctree.run(theirs, env)[0])
+            walls_ours.append(proctree.run(ours, env)[0])
+        else:
+            walls_ours.append(proctree.run(ours, env)[0])
+            walls_theirs.append(proctree.run(theirs, env)[0])
+    _, ours_mb, out = proctree.run(ours, env, sample_s=0.01)
+    _, theirs_mb, tout = proctree.run(theirs, env, sample_s=0.01)
+    ratios = [t / o for o, t in zip(walls_ours, walls_theirs)]
+    return (statistics.median(walls_ours), statistics.median(walls_theirs), ratios, ours_mb, theirs_mb, out, tout)
+
+
 def bench(cmd: list[str], repeat: int, env: dict | None = None, cwd: str | None = None) -> tuple[float, float, str]:
     """Median wall seconds of ``repeat`` undisturbed runs, the peak tree MB of one more
     run sampled every 10 ms (proctree: sampling costs CPU), and the last stdout."""
@@ -99,7 +123,7 @@ def bench(cmd: list[str], repeat: int, env: dict | None = None, cwd: str | None 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per tool and input (median time)")
+    parser.add_argument("--repeat", type=int, default=5, help="pairs of runs (ours, HTA's) per input")
     parser.add_argument("--skip-large", action="store_true", help="leave out the 8 x 200 MB input")
     parser.add_argument("--hta-python", default=str(BENCH / "hta-venv" / "bin" / "python"))
     parser.add_argument("--before", metavar="DIR", help="a checkout of an earlier overlapscope to time beside")
@@ -121,30 +145,34 @@ def main() -> int:
         print(f"HTA not found at {args.hta_python}: measuring overlapscope only (make bench creates it)")
 
     print(f"{'input':6} {'ranks':>5} {'MB':>7} | {'ours s':>7} {'ours MB':>8} | {'HTA s':>7} {'HTA MB':>7} "
-          f"| {'speedup':>7} {'mem ratio':>9} |" + (f" {'before s':>8} {'before MB':>9} |" if before else "")
+          f"| {'speedup':>7} {'pairs':>9} {'mem ratio':>9} |" + (f" {'before s':>8} {'before MB':>9} |" if before else "")
           + " overlap % ours / HTA")
     for name in names:
         path = paths[name]
         ranks = len(list(path.glob("*.json.gz")))
         repeat = 1 if name == "large" else args.repeat
-        ours_s, ours_mb, out = bench(overlapscope + [str(path)], repeat)
-        ours_pct = [r["overlap_pct"] for r in json.loads(out)["ranks"]]
-        line = f"{name:6} {ranks:>5} {uncompressed_mb(path):>7.0f} | {ours_s:>7.2f} {ours_mb:>8.0f} | "
         if hta:
-            hta_s, hta_mb, hout = bench(hta + [str(path)], repeat)
+            ours_s, hta_s, ratios, ours_mb, hta_mb, out, hout = bench_pairs(overlapscope + [str(path)],
+                                                                           hta + [str(path)], repeat)
+            ours_pct = [r["overlap_pct"] for r in json.loads(out)["ranks"]]
             hta_pct = next(l for l in hout.splitlines() if l.startswith("HTA_RESULT")).split("[")[1].split("]")[0]
-            line += (f"{hta_s:>7.2f} {hta_mb:>7.0f} | {hta_s / ours_s:>6.1f}x {ours_mb / hta_mb:>9.2f} | "
-                     f"{ours_pct} / [{hta_pct}]")
+            spread = f"{min(ratios):.1f}-{max(ratios):.1f}"
+            line = (f"{name:6} {ranks:>5} {uncompressed_mb(path):>7.0f} | {ours_s:>7.2f} {ours_mb:>8.0f} | "
+                    f"{hta_s:>7.2f} {hta_mb:>7.0f} | {statistics.median(ratios):>6.1f}x {spread:>9} "
+                    f"{ours_mb / hta_mb:>9.2f} | {ours_pct} / [{hta_pct}]")
         else:
-            line += f"{'-':>7} {'-':>7} | {'-':>7} {'-':>9} | {ours_pct}"
+            ours_s, ours_mb, out = bench(overlapscope + [str(path)], repeat)
+            ours_pct = [r["overlap_pct"] for r in json.loads(out)["ranks"]]
+            line = (f"{name:6} {ranks:>5} {uncompressed_mb(path):>7.0f} | {ours_s:>7.2f} {ours_mb:>8.0f} | "
+                    f"{'-':>7} {'-':>7} | {'-':>7} {'-':>9} {'-':>9} | {ours_pct}")
         if before:
             before_s, before_mb, _ = bench(before + [str(path.resolve())], repeat,
                                            {"PYTHONPATH": str(BENCH / "before-path")}, cwd=args.before)
             head, _, tail = line.rpartition("| ")
             line = f"{head}| {before_s:>8.2f} {before_mb:>9.0f} | {tail}"
         print(line, flush=True)
-    print("speedup = HTA wall time / overlapscope wall time (whole processes); mem ratio = our peak / HTA's peak"
-          " (process trees).\nHTA drops work launched after the last ProfilerStep starts; on these inputs both"
+    print("speedup = the median of the pairs' HTA wall time / overlapscope wall time (whole processes, the two run in"
+          " turns), pairs = the lowest and highest pair; mem ratio = our peak / HTA's peak (process trees).\nHTA drops work launched after the last ProfilerStep starts; on these inputs both"
           " figures are 0.00.")
     return 0
 
