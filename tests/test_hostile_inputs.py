@@ -539,6 +539,33 @@ def test_the_events_kept_are_capped_alike_by_both_decoders(tmp_path, detail):
     decode_source(TraceSource(path), detail, limits=Limits(max_kept_bytes=64 << 20))  # room enough
 
 
+def test_a_dropped_flow_costs_no_token(tmp_path):
+    """Each flow's id is a token of its own (a third of a real trace's events are flows). At
+    the details that drop flows the scanner keeps none of their ids (the reference trace:
+    155 tokens instead of 42,528, its scan 11 % faster at analyze's detail): 5,000 flows
+    with distinct ids pass a cap of 1,000 distinct tokens there and are refused at the
+    full detail, which keeps them; kept, every flow keeps its id, as msgspec reads it."""
+    from overlapscope.analyzer.ingest import scan
+    from overlapscope.analyzer.ingest.limits import Limits
+
+    t = GpuTrace(rank=0, world_size=1).step(1, 0, 100_000)
+    t.kernel(10, 5)
+    trace = t.to_json()
+    trace["traceEvents"] += [{"ph": ph, "id": 1_000_000 + i, "pid": 1, "tid": 100, "ts": BASE_US + 20 + i,
+                              "cat": "ac2g", "name": "ac2g", **({"bp": "e"} if ph == "f" else {})}
+                             for i in range(5000) for ph in ("s", "f")]
+    path = write(trace, tmp_path / "rank-0.json")
+    few = Limits(max_tokens=1000)
+    for detail in ("overlap", "attribution"):
+        assert len(scan.scan(path, None, "rank-0.json", detail, few).columns["tokens"]) < 50
+        decode_source(TraceSource(path), detail, limits=few)
+    with pytest.raises(InputError, match="more distinct names than the limit"):
+        decode_source(TraceSource(path), "full", limits=few)
+    flows = [decode_source(TraceSource(path), "full", use_scanner=u).flows for u in (True, False)]
+    assert flows[0].to_pylist() == flows[1].to_pylist() and flows[0].num_rows == 10_000
+    assert sorted(set(flows[0].column("flow_id").to_pylist())) == list(range(1_000_000, 1_005_000))
+
+
 def test_a_file_that_inflates_like_no_trace_is_refused(tmp_path, capsys):
     """80 MiB of blanks in a gzip of about 80 KiB (1,000x) passes the 64 MiB every file may
     inflate to and is refused there, as a zip member too; a plain file of blanks inflates

@@ -1031,6 +1031,24 @@ static int known_ph(unsigned char ph) {
     return ph > 1 && memchr(KNOWN_PH, ph, sizeof(KNOWN_PH) - 1) != NULL;
 }
 
+/* A field's token id: the field's token of the event before (most often the same: pid, tid,
+   cat), else the table's; -2: out of memory, -3: past the kept-memory cap. */
+static inline __attribute__((always_inline)) int32_t intern_token(Scanner *s, int f, const char *tok,
+                                                                  Py_ssize_t len) {
+    if (s->last_tok[f] && s->last_len[f] == len && !memcmp(s->last_tok[f], tok, len)) return s->last_id[f];
+    Py_ssize_t before = s->tokens.count;
+    int32_t t = table_id(&s->tokens, &s->arena, tok, len);
+    if (t == -2) return -2;
+    if (s->tokens.count > before) {
+        s->token_bytes += len + TOKEN_OVERHEAD;
+        if (over_kept(s)) return -3;
+    }
+    s->last_tok[f] = ((const char **)s->tokens.order.data)[2 * t];  /* the arena's copy */
+    s->last_len[f] = len;
+    s->last_id[f] = t;
+    return t;
+}
+
 /* One event at p, complete in [p, end) or (tentative) maybe not: the row (when kept) and
  * *out_end, the byte after its closing brace. Returns 0, or -1 with the error set; a
  * tentative call returns 1 instead of any error (the buffer may end inside the event:
@@ -1042,6 +1060,10 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
     int ph_seen = 0;
     unsigned wrong = 0;  /* F_* of fields of the wrong type */
     int32_t cat = -1, name = -1, pid = -1, tid = -1, id = -1;
+    /* The id's text: a flow's id is read only when the flow is kept, and at analyze's detail
+       none is, while each flow's id is a token of its own (a third of a trace's events) */
+    const char *id_tok = NULL;
+    Py_ssize_t id_len = 0;
     double ts = NAN, dur = NAN;
     const char *args = NULL;
     Py_ssize_t args_len = 0;
@@ -1111,24 +1133,18 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
                         c.bad = "more distinct names than the limit";
                         break;
                     }
-                    /* the field's token of the event before, most often the same (pid, tid, cat) */
-                    int f = __builtin_ctz(bit);
-                    if (s->last_tok[f] && s->last_len[f] == len && !memcmp(s->last_tok[f], tok, len)) {
-                        t = s->last_id[f];
+                    if (bit == F_ID) {  /* interned once the event is kept (below) */
+                        id_tok = tok;
+                        id_len = len;
                     } else {
-                        Py_ssize_t before = s->tokens.count;
-                        t = table_id(&s->tokens, &s->arena, tok, len);
+                        t = intern_token(s, __builtin_ctz(bit), tok, len);
                         if (t == -2) return nomem(s);
-                        if (s->tokens.count > before) {
-                            s->token_bytes += len + TOKEN_OVERHEAD;
-                            if (over_kept(s)) return kept_failure(s);
-                        }
-                        s->last_tok[f] = ((const char **)s->tokens.order.data)[2 * t];  /* the arena's copy */
-                        s->last_len[f] = len;
-                        s->last_id[f] = t;
+                        if (t == -3) return kept_failure(s);
                     }
-                } else if (!(str == 0 && len == 4 && !memcmp(tok, "null", 4))) {
-                    wrong |= bit;  /* an object, array, true, false, or a number where it may not be */
+                } else {
+                    if (bit == F_ID) id_tok = NULL;
+                    if (!(str == 0 && len == 4 && !memcmp(tok, "null", 4)))
+                        wrong |= bit;  /* an object, array, true, false, or a number where it may not be */
                 }
                 if (bit == F_CAT) cat = t;
                 else if (bit == F_NAME) name = t;
@@ -1207,6 +1223,12 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
     int mode = keep_mode(s, ph, cat, name);
     if (mode < 0) return -1;
     if (mode == 0 || (mode >= 3 && s->gpu)) return 0;
+    if (id_tok) {
+        if (s->tokens.count >= s->max_tokens) return fail_at(s, p, "more distinct names than the limit");
+        id = intern_token(s, __builtin_ctz(F_ID), id_tok, id_len);
+        if (id == -2) return nomem(s);
+        if (id == -3) return kept_failure(s);
+    }
     unsigned char cond = mode >= 3;
     int64_t astart = 0, alen = 0;
     if ((mode == 2 || mode == 4) && args) {
