@@ -5,10 +5,10 @@ runs, each tool first in every other pair: the machine drifts by 5-20 % over min
 and a ratio of two medians taken minutes apart drifted with it); the script prints wall
 time and the peak memory of each process tree (a parent and its workers together), the
 median of the pairs' time ratios and their lowest and highest. Time is the median of
-undisturbed runs, memory is sampled in one more run (``proctree.py``: the sampler's CPU would slow a tool
-that keeps every core busy more than one that keeps one busy). HTA runs from its own virtual environment
-(``--hta-python``, default ``.bench/hta-venv/bin/python``; ``make bench``
-creates it) and is skipped when that is absent.
+undisturbed runs, memory is sampled in one more run (``proctree.py``: the sampler's CPU
+would slow a tool that keeps every core busy more than one that keeps one busy). HTA runs
+from its own virtual environment (``--hta-python``, default ``.bench/hta-venv/bin/python``;
+``make bench`` creates it) and is skipped when that is absent.
 
 Inputs (built once under ``.bench/scale`` by bench_scale.py's builder, which its own
 points share, from the reference trace ``df_index_resolver.json.gz``, 47 MB
@@ -87,7 +87,7 @@ def uncompressed_mb(path: Path) -> float:
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def bench_pairs(ours: list[str], theirs: list[str], repeat: int) -> tuple[float, float, list[float], float, float, str, str]:
+def bench_pairs(ours: list[str], theirs: list[str], repeat: int) -> tuple[float, float, list, float, float, str, str]:
     """Both tools in turns: ``repeat`` pairs, each tool first in every other pair, so that
     the machine's drift (one run to the next varies by 5-20 %, over minutes more) falls on
     both alike. Returns the median wall seconds of each, the pairs' ratios (theirs / ours),
@@ -154,26 +154,24 @@ def main() -> int:
         if hta:
             ours_s, hta_s, ratios, ours_mb, hta_mb, out, hout = bench_pairs(overlapscope + [str(path)],
                                                                            hta + [str(path)], repeat)
-            ours_pct = [r["overlap_pct"] for r in json.loads(out)["ranks"]]
             hta_pct = next(l for l in hout.splitlines() if l.startswith("HTA_RESULT")).split("[")[1].split("]")[0]
-            spread = f"{min(ratios):.1f}-{max(ratios):.1f}"
-            line = (f"{name:6} {ranks:>5} {uncompressed_mb(path):>7.0f} | {ours_s:>7.2f} {ours_mb:>8.0f} | "
-                    f"{hta_s:>7.2f} {hta_mb:>7.0f} | {statistics.median(ratios):>6.1f}x {spread:>9} "
-                    f"{ours_mb / hta_mb:>9.2f} | {ours_pct} / [{hta_pct}]")
+            theirs = (f"{hta_s:>7.2f} {hta_mb:>7.0f} | {statistics.median(ratios):>6.1f}x "
+                      f"{f'{min(ratios):.1f}-{max(ratios):.1f}':>9} {ours_mb / hta_mb:>9.2f} | ")
         else:
             ours_s, ours_mb, out = bench(overlapscope + [str(path)], repeat)
-            ours_pct = [r["overlap_pct"] for r in json.loads(out)["ranks"]]
-            line = (f"{name:6} {ranks:>5} {uncompressed_mb(path):>7.0f} | {ours_s:>7.2f} {ours_mb:>8.0f} | "
-                    f"{'-':>7} {'-':>7} | {'-':>7} {'-':>9} {'-':>9} | {ours_pct}")
+            theirs, hta_pct = f"{'-':>7} {'-':>7} | {'-':>7} {'-':>9} {'-':>9} | ", None
+        ours_pct = [r["overlap_pct"] for r in json.loads(out)["ranks"]]
+        line = (f"{name:6} {ranks:>5} {uncompressed_mb(path):>7.0f} | {ours_s:>7.2f} {ours_mb:>8.0f} | {theirs}"
+                f"{ours_pct}" + (f" / [{hta_pct}]" if hta_pct is not None else ""))
         if before:
             before_s, before_mb, _ = bench(before + [str(path.resolve())], repeat,
                                            {"PYTHONPATH": str(BENCH / "before-path")}, cwd=args.before)
             head, _, tail = line.rpartition("| ")
             line = f"{head}| {before_s:>8.2f} {before_mb:>9.0f} | {tail}"
         print(line, flush=True)
-    print("speedup = the median of the pairs' HTA wall time / overlapscope wall time (whole processes, the two run in"
-          " turns), pairs = the lowest and highest pair; mem ratio = our peak / HTA's peak (process trees).\nHTA drops work launched after the last ProfilerStep starts; on these inputs both"
-          " figures are 0.00.")
+    print("speedup = the median of the pairs' HTA wall time / overlapscope wall time (whole processes, the two run"
+          " in turns), pairs = the lowest and highest pair; mem ratio = our peak / HTA's peak (process trees).\n"
+          "HTA drops work launched after the last ProfilerStep starts; on these inputs both figures are 0.00.")
     return 0
 
 

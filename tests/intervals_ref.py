@@ -81,14 +81,22 @@ def gpu_overlap(trace: dict) -> dict:
             "overlap_pct": float(100 * hidden / comm_us) if comm_us else None}
 
 
-def gloo_overlap(trace: dict) -> dict:
-    """CPU-only: comm = gloo:* spans, compute = aten::* ops off the gloo threads (us)."""
+def _gloo_events(trace: dict) -> tuple[list, list, list]:
+    """CPU-only: the X events, the comm events (gloo:* spans) and the compute events (aten::*
+    ops off the gloo threads)."""
     xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     comm_events = [e for e in xs if e["name"].startswith("gloo:")]
     comm_threads = {e["tid"] for e in comm_events}
+    comp_events = [e for e in xs
+                   if e.get("cat") == "cpu_op" and e["name"].startswith("aten::") and e["tid"] not in comm_threads]
+    return xs, comm_events, comp_events
+
+
+def gloo_overlap(trace: dict) -> dict:
+    """CPU-only: comm = gloo:* spans, compute = aten::* ops off the gloo threads (us)."""
+    _, comm_events, comp_events = _gloo_events(trace)
     comm = union((e["ts"], e["ts"] + e["dur"]) for e in comm_events)
-    comp = union((e["ts"], e["ts"] + e["dur"]) for e in xs
-                 if e.get("cat") == "cpu_op" and e["name"].startswith("aten::") and e["tid"] not in comm_threads)
+    comp = union((e["ts"], e["ts"] + e["dur"]) for e in comp_events)
     comm_us = length(comm)
     hidden = intersection(comm, comp)
     return {"comm_ms": float(comm_us / 1000), "exposed_comm_ms": float((comm_us - hidden) / 1000),
@@ -142,30 +150,30 @@ def gloo_steps(trace: dict) -> list:
     ProfilerStep range it starts in; a window runs from its range's start to the next one's,
     the last one's to the end of its range or of its own work, whichever is later. Assumes
     no memcpy/memset (a gloo CPU trace has none)."""
-    xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    xs, comm_events, comp_events = _gloo_events(trace)
     ranges = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
                     for e in xs if e["name"].startswith("ProfilerStep#"))
-    comm_threads = {e["tid"] for e in xs if e["name"].startswith("gloo:")}
-
-    def work(pick):
-        return [(e, (e["ts"], e["ts"] + e["dur"])) for e in xs if pick(e) and e["dur"] > 0]
-
-    comm = work(lambda e: e["name"].startswith("gloo:"))
-    comp = work(lambda e: e.get("cat") == "cpu_op" and e["name"].startswith("aten::")
-                and e["tid"] not in comm_threads)
-    all_comp = union(iv for _, iv in comp)
-    all_work = union([iv for _, iv in comp] + [iv for _, iv in comm])
 
     def step_of(e):
-        for start, end, n in ranges:
-            if start <= e["ts"] < end:
-                return n
-        return None
+        return next((n for start, end, n in ranges if start <= e["ts"] < end), None)
+
+    def by_step(events):  # step -> intervals of the events it launched (zero-length ones left out)
+        out: dict = {}
+        for e in events:
+            if e["dur"] > 0:
+                out.setdefault(step_of(e), []).append((e["ts"], e["ts"] + e["dur"]))
+        return out
+
+    comm, comp = by_step(comm_events), by_step(comp_events)
+    all_comp = union(iv for ivs in comp.values() for iv in ivs)
+    all_work = union([iv for ivs in comp.values() for iv in ivs] + [iv for ivs in comm.values() for iv in ivs])
+
+    def ms(us):
+        return float(us / 1000)
 
     steps = []
     for i, (start, end, n) in enumerate(ranges):
-        own_comp = union(iv for e, iv in comp if step_of(e) == n)
-        own_comm = union(iv for e, iv in comm if step_of(e) == n)
+        own_comp, own_comm = union(comp.get(n, [])), union(comm.get(n, []))
         exposed = minus(own_comm, all_comp)
         own = union(own_comp + exposed)  # disjoint: exposed comm lies outside all compute
         if i + 1 < len(ranges):
@@ -173,7 +181,6 @@ def gloo_steps(trace: dict) -> list:
         else:
             w_end = max([end] + [e for _, e in own_comp + own_comm])
         own_in = length(clip(own, start, w_end))
-        ms = lambda us: float(us / 1000)  # noqa: E731
         steps.append({
             "step": n, "compute_ms": ms(length(own_comp)), "comm_ms": ms(length(own_comm)),
             "exposed_comm_ms": ms(length(exposed)), "step_ms": ms(w_end - start),
