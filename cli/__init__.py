@@ -54,10 +54,6 @@ def _command(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     own_process = argv is None  # the ``overlapscope`` command, not a caller in Python
     argv = sys.argv[1:] if argv is None else argv
-    if own_process:
-        # nothing here multiplies matrices: NumPy's OpenBLAS need not start a thread per
-        # core at import, nor restart them in every forked worker
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = _build_parser(_command(argv))
     args = parser.parse_args(argv)
     code = _run(args)

@@ -181,3 +181,41 @@ def test_buckets_reconcile_the_late_rank(tmp_path):
         assert d["term"] == "late_rank" and d["late_rank"] == 1
         assert d["terms"]["late_rank"] == pytest.approx(0.120, abs=1e-6)
         assert "rank 1" in d["explanation"]
+
+
+def _mesh_rank(rank: int, steps: int = 4) -> GpuTrace:
+    """Rank ``rank`` of a 2 x 2 mesh, each rank on a host of its own: per step, an all-gather
+    in its shard group ({0, 1} or {2, 3}) and an all-reduce in its replica group ({0, 2} or
+    {1, 3}). Each collective ends at one instant on every rank of its group; rank 3 shares
+    no group with rank 0 (the reference), so its clock can only be placed through a rank it
+    shares one with (1 or 2)."""
+    shard, replica = ([0, 1], [2, 3])[rank // 2], ([0, 2], [1, 3])[rank % 2]
+    t = GpuTrace(rank=rank, world_size=4)
+    for s in range(steps):
+        base = s * STEP_US
+        t.step(s + 1, base, STEP_US)
+        t.kernel(base + 10, 300, launch_us=base + 5)
+        for group, collective, end in ((shard, "allgather", 400.0 + 7 * s), (replica, "allreduce", 700.0 + 11 * s)):
+            start = end - 30 - 5 * rank  # arrivals differ; the end is common to the group
+            t.kernel(base + start, end - start, stream=20, launch_us=base + start - 1,
+                     name=f"ncclDevKernel_{collective}_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+                     args={"Collective name": collective, "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20,
+                           "dtype": "Float", "Group size": 2, "Process Group Name": str(group),
+                           "Process Group Ranks": str(group)})
+    return t
+
+
+def test_a_clock_that_shares_no_group_with_the_reference_is_placed_through_another(tmp_path):
+    folder = tmp_path / "mesh"
+    folder.mkdir()
+    shifts_us = {0: 0.0, 1: 2_000.0, 2: -700.0, 3: -1_500.0}
+    for r in range(4):
+        data = _shift(_mesh_rank(r), shifts_us[r])
+        groups = [[0, 1], [2, 3], [0, 2], [1, 3]]
+        data["distributedInfo"]["pg_config"] = [{"pg_name": str(g), "ranks": g} for g in groups if r in g] + \
+            [{"pg_name": "0", "ranks": [0, 1, 2, 3]}]
+        (folder / f"rank-{r}.json").write_text(json.dumps(data))
+    offsets = {r["rank"]: r["clock_offset_ms"] for r in analyze([str(folder)], workers=1)["ranks"]}
+    # an offset undoes the shift (exact on these traces): rank 3 through rank 1 or 2
+    assert offsets == {0: 0.0, 1: pytest.approx(-2.0, abs=1e-6), 2: pytest.approx(0.7, abs=1e-6),
+                       3: pytest.approx(1.5, abs=1e-6)}
