@@ -496,3 +496,61 @@ def test_a_large_reduce_keeps_the_ranks_tables_compressed_and_answers_the_same(m
     assert ("collective_stats",) in stored and ("overlap_step",) in stored
     for command in (api.analyze_run, api.buckets_run, api.diagnose_run):
         assert command(*_con_and_id(large)) == command(*_con_and_id(small)), command.__name__
+
+
+def test_the_reduce_reads_the_ranks_tables_a_batch_of_ranks_at_a_time(monkeypatch):
+    """``reduce.batches`` through ``sql.provide``: the ranks' tables, read as a batch needs
+    them, reach the store as the rows of all of them in rank order; ranks without rows
+    (whose columns may have no type) neither type the table nor stop it."""
+    import duckdb
+    import pyarrow as pa
+
+    from overlapscope.analyzer.engine import reduce
+
+    def rank(r: int, rows: int) -> pa.Table:
+        if not rows:  # as an empty rank's table can come back: columns of no type
+            return pa.table({"rank": pa.nulls(0), "ts_ns": pa.nulls(0)})
+        return pa.table({"rank": pa.array([r] * rows, pa.int32()), "ts_ns": pa.array(range(rows), pa.int64())})
+
+    sizes = [0, 0, 3, 0, 5, 1, 0, 2, 4]
+    pulled, inserted = [], []
+
+    def tables():
+        for r, n in enumerate(sizes):
+            pulled.append(r)
+            yield rank(r, n)
+
+    def table_of(name):  # every table the script ships gets the same rows
+        pulled.clear()
+        for batch in reduce.batches(tables()):
+            inserted.append(len(pulled))  # ranks read when a batch goes in
+            yield batch
+
+    # ranks read when each batch goes in: its own and those before (rank 2 has the first rows)
+    for per_batch, reads in ((1, [3, 5, 6, 8, 9]), (2, [4, 6, 8, 9]), (4, [4, 8, 9]), (100, [9])):
+        inserted.clear()
+        monkeypatch.setattr(reduce, "RANKS_PER_BATCH", per_batch)
+        con = duckdb.connect()
+        sql.provide(con, "instances", table_of, run_id=1)
+        for name in sql.script("instances").shipped:
+            got = con.execute(f"SELECT rank, ts_ns FROM {name}").fetchall()
+            assert got == [(r, i) for r, n in enumerate(sizes) for i in range(n)], (per_batch, name)
+        assert con.execute("SELECT typeof(rank) FROM comm_instance LIMIT 1").fetchall() == [("INTEGER",)]
+        assert inserted == reads * len(sql.script("instances").shipped), per_batch
+    # no rank with rows: one empty batch makes the table
+    assert [b.num_rows for b in reduce.batches(rank(r, 0) for r in range(3))] == [0]
+
+
+def test_a_reduce_that_takes_one_rank_at_a_time_answers_the_same(monkeypatch):
+    from overlapscope.analyzer.engine import reduce
+
+    paths = [str(SAMPLES / "hsdp_2x2")]
+    whole = map_run(paths, "attribution", workers=2)
+    monkeypatch.setattr(reduce, "RANKS_PER_BATCH", 1)
+    one_by_one = map_run(paths, "attribution", workers=2)
+    for name in ("comm_instance", "collective_stats", "overlap_step", "steps"):
+        query = f"SELECT * FROM {name}"  # a rank's rows come in no fixed order (its worker's threads)
+        assert sorted(whole.con.sql(query).fetchall()) == sorted(one_by_one.con.sql(query).fetchall()), name
+        assert whole.con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0] > 0, name
+    for command in (api.analyze_run, api.buckets_run, api.diagnose_run):
+        assert command(*_con_and_id(one_by_one)) == command(*_con_and_id(whole)), command.__name__

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.checklist.setup import Setup
-from overlapscope.analyzer.measure import idle, rates, waits
+from overlapscope.analyzer.measure import idle, waits
 from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.predict.buckets import RunAnalysis
 from overlapscope.contract.manifest import Manifest
@@ -27,7 +27,6 @@ class CheckContext:
     idle: list[dict]  # rank, step, idle_ns, host_idle_ns
     flops: list[dict]  # rank, step, flops
     norms: list[dict]  # rank, step, norms
-    instances: dict  # (rank, event_id) -> the collective's instance across ranks (measure.rates)
     waits: list[dict]  # per rank and step: wait_ms, exposed_wait_ms, peered, last_arrivals (measure.waits)
     wait_ranks: dict  # per rank: clock offset, wait and transfer, last arrivals (measure.waits)
     setup: Setup  # backend, parallelism and FSDP flavour, device: which fix applies
@@ -99,5 +98,5 @@ def _setup(con, analysis: RunAnalysis) -> Setup:
 def build(con, analysis: RunAnalysis) -> CheckContext:
     run_id = analysis.info.run_id
     return CheckContext(analysis, idle.per_step(con, run_id), sql.rows(con, "checklist.flops"),
-                        sql.rows(con, "checklist.norms"), rates.instances(analysis.collectives),
+                        sql.rows(con, "checklist.norms"),
                         waits.steps(con, run_id), waits.ranks(con, run_id), _setup(con, analysis))

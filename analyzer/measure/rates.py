@@ -41,13 +41,18 @@ def instances(rows: list[Collective]) -> dict[tuple[int, int], Instance]:
     An instance is the n-th transfer of one (step, microbatch, kind, id, phase):
     every rank runs the same collectives in the same order.
     """
-    seen: dict[tuple, int] = defaultdict(int)
-    out = {}
+    seen: dict[tuple, int] = defaultdict(int)  # of the rank at hand (rows come rank by rank)
+    out, rank = {}, None
+    same: dict[Instance, Instance] = {}  # one tuple per instance, not one per rank that ran it
     for r in sorted(rows, key=lambda r: (r.rank, r.launch_ts_ns or 0, r.event_id)):
+        if r.rank != rank:
+            seen.clear()
+            rank = r.rank
         base = (r.step, r.microbatch, r.kind, r.id, r.phase)
-        n = seen[(r.rank, base)]
-        seen[(r.rank, base)] += 1
-        out[(r.rank, r.event_id)] = base + (n,)
+        n = seen[base]
+        seen[base] += 1
+        instance = base + (n,)
+        out[(r.rank, r.event_id)] = same.setdefault(instance, instance)
     return out
 
 

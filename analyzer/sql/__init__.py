@@ -180,20 +180,23 @@ def ensure(con, name: str, /, **params) -> None:
 def provide(con, name: str, table_of, /, **params) -> None:
     """Record that rank script ``name`` ran with ``params``, its tables computed elsewhere.
 
-    ``table_of(table)`` gives the rows (an Arrow table) of each table the script ships
-    (``Script.shipped``), asked for one at a time, so that a caller reading them from
-    files holds one at once: the map over ranks ran the script on every rank apart and
-    the comparison across ranks gets the rows of all of them. Later ``ensure`` calls of
-    the script, or of scripts that require it, take them as they are. They are stored
+    ``table_of(table)`` gives the rows of each table the script ships (``Script.shipped``)
+    as Arrow tables, one insert each (at least one: the first makes the table and gives
+    its columns), asked for one table at a time, so that a caller reading them from files
+    holds a part of one at once: the map over ranks ran the script on every rank apart
+    and the comparison across ranks gets the rows of all of them. Later ``ensure`` calls
+    of the script, or of scripts that require it, take them as they are. They are stored
     tables, not temporary ones as the script makes them, so that a checkpoint compresses
     them (the reduce's in-memory store: engine/reduce.py).
     """
     for table in script(name).shipped:
-        con.register("_provided", table_of(table))
-        try:
-            con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM _provided")
-        finally:
-            con.unregister("_provided")
+        for i, part in enumerate(table_of(table)):
+            con.register("_provided", part)
+            try:
+                con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM _provided" if i == 0 else
+                            f"INSERT INTO {table} BY NAME SELECT * FROM _provided")
+            finally:
+                con.unregister("_provided")
     mark_done(con, name, **params)
 
 

@@ -15,9 +15,9 @@ SELECT rank, step, count(*) AS peered, count(*) FILTER (WHERE last_rank = rank) 
 FROM comm_wait WHERE peers > 1 AND step IS NOT NULL
 GROUP BY ALL ORDER BY rank, step;
 
--- name: transfers
--- Per transfer: its waiting for peers (the rest of its duration is the transfer).
-SELECT rank, event_id, wait_ns, transfer_ns FROM comm_wait;
+-- name: transfer_waits
+-- Per transfer: its waiting for peers, by key (rank << 40 | event_id), in key order.
+SELECT (rank::BIGINT << 40) | event_id AS key, wait_ns FROM comm_wait ORDER BY key;
 
 -- name: lanes
 -- Per DDP bucket or FSDP unit transfer: its piece of the comm lane, the compute inside it, its wait (lanes.sql).
