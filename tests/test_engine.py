@@ -554,3 +554,37 @@ def test_a_reduce_that_takes_one_rank_at_a_time_answers_the_same(monkeypatch):
         assert whole.con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0] > 0, name
     for command in (api.analyze_run, api.buckets_run, api.diagnose_run):
         assert command(*_con_and_id(one_by_one)) == command(*_con_and_id(whole)), command.__name__
+
+
+def test_a_reduce_reading_the_ranks_files_a_few_at_a_time_holds_what_one_from_memory_holds(monkeypatch, tmp_path):
+    """Ranks whose tables are files (ingest's staging folder) go into the reduce's store by
+    DuckDB's own reads, a few ranks an insert with the store compressed between inserts; it
+    holds the same rows and column types as a reduce of the same tables in memory."""
+    import dataclasses
+
+    from overlapscope.analyzer.engine import map_ranks, reduce
+    from overlapscope.analyzer.ingest.inputs import resolve
+    from overlapscope.analyzer.store import database
+
+    inputs = resolve([str(SAMPLES / "hsdp_2x2")])
+    results = map_ranks(inputs, "full", workers=2, out_dir=str(tmp_path))
+    assert all(r.tables_in for r in results)
+    in_memory = [dataclasses.replace(r, tables={n: r.table(n) for n in r.table_names}, tables_in=None)
+                 for r in results]
+    compressed = []
+    real = database.compress
+    monkeypatch.setattr(database, "compress", lambda con: (compressed.append(con), real(con)))
+    monkeypatch.setattr(database, "ONE_THREAD_MAX_ROWS", 0)
+    monkeypatch.setattr(reduce, "RANKS_PER_FILE_INSERT", 1)
+    from_files, _ = reduce.reduce_results(results, "run", "run", inputs.manifest, inputs.manifest_text)
+    assert compressed.count(from_files) > len(results)  # between the inserts of each large table
+    from_memory, _ = reduce.reduce_results(in_memory, "run", "run", inputs.manifest, inputs.manifest_text)
+    shipped = [t for s in results[0].scripts if s != "steps" for t in sql.script(s).shipped]
+    empty = 0
+    for name in shipped + ["steps", "annotation_roles"]:
+        types = [con.execute(f"DESCRIBE {name}").fetchall() for con in (from_files, from_memory)]
+        assert types[0] == types[1], name
+        rows = [sorted(con.execute(f"SELECT * FROM {name}").fetchall(), key=repr) for con in (from_files, from_memory)]
+        assert rows[0] == rows[1], name
+        empty += any(r.table(name).num_rows == 0 for r in results) if name in results[0].table_names else 0
+    assert len(shipped) >= 8 and empty >= 1  # some table where a rank has no rows

@@ -11,6 +11,7 @@ collective instead of every event.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
 
@@ -37,6 +38,10 @@ def concat(tables: list[pa.Table]) -> pa.Table:
 # ingest of the reference trace peaked at 1,088 MiB in the reduce's inserts, 507-520 MiB in
 # batches (measured; as fast: 18.6-21.8 against 19.5 s).
 RANKS_PER_BATCH = 64
+# ... and ranks read by one insert where their tables are files: DuckDB reads them itself,
+# streaming, on its threads (1,024 ranks: the reduce's inserts 6.5-6.9 s at 256 ranks an
+# insert, 10.5-11.0 s at 64, 18.6 s through Arrow 64 at a time; peaks alike, 466-483 MiB).
+RANKS_PER_FILE_INSERT = 256
 
 
 def batches(tables: Iterable[pa.Table | None]) -> Iterator[pa.Table]:
@@ -78,10 +83,9 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
     scripts = results[0].scripts if results else ()
     largest = 0  # rows of the largest table provided
 
-    def table_of(name: str) -> Iterator[pa.Table]:
-        # one table of every rank at a time, a batch of ranks at a time (RankResult.table
-        # reads a rank's from its file as its batch needs it)
-        nonlocal largest
+    def parts(name: str) -> Iterator[pa.Table]:
+        # a batch of ranks at a time (RankResult.table reads a rank's from its file as its
+        # batch needs it)
         rows = 0
         for batch in batches(r.table(name) for r in results):
             if rows and rows >= database.ONE_THREAD_MAX_ROWS:
@@ -89,7 +93,20 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
                 database.compress(con)
             yield batch
             rows += batch.num_rows
-        largest = max(largest, rows)
+
+    def compress_if_large(table: str) -> None:
+        # a large reduce: what is in compressed before more goes in (see below)
+        if con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] >= database.ONE_THREAD_MAX_ROWS:
+            database.compress(con)
+
+    def table_of(name: str) -> sql.ParquetFiles | Iterator[pa.Table]:
+        # one table of every rank at a time: from the ranks' files where each has one (ingest,
+        # and results handed over in files), read by DuckDB a batch of ranks at a time; else
+        # through Arrow
+        paths = _files(results, name)
+        if paths is None:
+            return parts(name)
+        return sql.ParquetFiles(paths, RANKS_PER_FILE_INSERT, functools.partial(compress_if_large, name))
 
     for script in scripts:
         params = script_params(script, run_id)
@@ -97,11 +114,22 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
             sql.mark_done(con, script, **params)
             continue
         sql.provide(con, script, table_of, **params)
+        for table in sql.script(script).shipped:
+            largest = max(largest, con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0])
     if largest < database.ONE_THREAD_MAX_ROWS:  # the run scripts and the analyses that follow
         con.execute("SET threads = 1")
     else:  # the ranks' tables compressed: what the parent holds through the analyses (below)
         database.compress(con)
     return con, run_id
+
+
+def _files(results: list[RankResult], name: str) -> tuple[str, ...] | None:
+    """The ranks' files of table ``name`` where every rank's is in one, else None."""
+    from overlapscope.analyzer.store import runstore
+
+    if not results or any(r.tables_in is None or name in r.tables or name not in r.table_names for r in results):
+        return None
+    return tuple(str(runstore.rank_file(r.tables_in, runstore.RANK, name, r.rank)) for r in results)
 
 
 def _table(result: RankResult, name: str):

@@ -39,6 +39,7 @@ import re
 import weakref
 from dataclasses import dataclass
 from importlib import resources
+from typing import Callable
 
 _HEADER = re.compile(r"^--\s*(params|scope|requires|inputs|provides|stays):\s*(.*)$")
 _NAME = re.compile(r"^--\s*name:\s*([\w.]+)\s*$", re.M)
@@ -177,20 +178,47 @@ def ensure(con, name: str, /, **params) -> None:
     con.execute("INSERT OR REPLACE INTO _sql_done VALUES (?, ?)", [name, key])
 
 
+@dataclass(frozen=True)
+class ParquetFiles:
+    """Parquet files that hold one provided table's rows together (``provide``): DuckDB reads
+    them, ``per_insert`` at a time, on its own threads, instead of each through Arrow and
+    an insert of its own; ``between()`` runs between two inserts (a store compressed)."""
+
+    paths: tuple[str, ...]
+    per_insert: int
+    between: Callable[[], None] | None = None
+
+
+def _insert_parquet(con, table: str, files: ParquetFiles) -> None:
+    read = "read_parquet(?, union_by_name = true)"
+    # the columns of every file type the table (a file of a rank without rows may have untyped ones)
+    con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {read} LIMIT 0", [list(files.paths)])
+    for i in range(0, len(files.paths), files.per_insert):
+        if i and files.between:
+            files.between()
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {read}", [list(files.paths[i:i + files.per_insert])])
+
+
 def provide(con, name: str, table_of, /, **params) -> None:
     """Record that rank script ``name`` ran with ``params``, its tables computed elsewhere.
 
-    ``table_of(table)`` gives the rows of each table the script ships (``Script.shipped``)
-    as Arrow tables, one insert each (at least one: the first makes the table and gives
-    its columns), asked for one table at a time, so that a caller reading them from files
-    holds a part of one at once: the map over ranks ran the script on every rank apart
-    and the comparison across ranks gets the rows of all of them. Later ``ensure`` calls
-    of the script, or of scripts that require it, take them as they are. They are stored
-    tables, not temporary ones as the script makes them, so that a checkpoint compresses
-    them (the reduce's in-memory store: engine/reduce.py).
+    ``table_of(table)`` gives the rows of each table the script ships (``Script.shipped``):
+    Arrow tables, one insert each (at least one: the first makes the table and gives its
+    columns), or ``ParquetFiles`` (columns by name across the files: a file of a rank
+    without rows may have untyped ones). It is asked for one table at a time, so that a
+    caller reading them from files holds a part of one at once: the map over ranks ran
+    the script on every rank apart and the comparison across ranks gets the rows of all
+    of them. Later ``ensure`` calls of the script, or of scripts that require it, take
+    them as they are. They are stored tables, not temporary ones as the script makes
+    them, so that a checkpoint compresses them (the reduce's in-memory store:
+    engine/reduce.py).
     """
     for table in script(name).shipped:
-        for i, part in enumerate(table_of(table)):
+        parts = table_of(table)
+        if isinstance(parts, ParquetFiles):
+            _insert_parquet(con, table, parts)
+            continue
+        for i, part in enumerate(parts):
             con.register("_provided", part)
             try:
                 con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM _provided" if i == 0 else
