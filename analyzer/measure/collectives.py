@@ -11,6 +11,8 @@ new rows (``predict.exposure``).
 
 from __future__ import annotations
 
+import operator
+
 import msgspec
 
 from overlapscope.analyzer import sql
@@ -54,11 +56,15 @@ class Collective(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 INTERNAL_FIELDS = ("start_ns", "launch_ts_ns", "ready_ns", "compute_before_ns", "compute_after_ns")
+JSON_FIELDS = tuple(f.name for f in msgspec.structs.fields(Collective) if f.name not in INTERNAL_FIELDS)
+# the JSON fields' values as a tuple in one C call: as_json builds a row in half the time of a
+# dict of every field filtered (the stored buckets of a 1,024-rank run list two million)
+_json_values = operator.attrgetter(*JSON_FIELDS)
 
 
 def as_json(rows: list[Collective]) -> list[dict]:
     """The JSON rows: every field but the internal ones."""
-    return [{k: v for k, v in msgspec.structs.asdict(r).items() if k not in INTERNAL_FIELDS} for r in rows]
+    return [dict(zip(JSON_FIELDS, _json_values(r))) for r in rows]
 
 
 def _busbw_gbps(nbytes: int | None, comm_ns: int, collective: str | None, group: int | None) -> float | None:
