@@ -81,11 +81,13 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
         for batch in batches(_table(r, table) for r in results):
             database.insert_arrow(con, table, run_id, batch)
     scripts = results[0].scripts if results else ()
-    largest = 0  # rows of the largest table provided
+    largest = 0  # rows of the largest table provided through Arrow
+    from_files: list[str] = []  # tables read from the ranks' files (counted once in)
 
     def parts(name: str) -> Iterator[pa.Table]:
         # a batch of ranks at a time (RankResult.table reads a rank's from its file as its
         # batch needs it)
+        nonlocal largest
         rows = 0
         for batch in batches(r.table(name) for r in results):
             if rows and rows >= database.ONE_THREAD_MAX_ROWS:
@@ -93,10 +95,13 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
                 database.compress(con)
             yield batch
             rows += batch.num_rows
+        largest = max(largest, rows)
+
+    def rows_of(table: str) -> int:
+        return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
 
     def compress_if_large(table: str) -> None:
-        # a large reduce: what is in compressed before more goes in (see below)
-        if con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] >= database.ONE_THREAD_MAX_ROWS:
+        if rows_of(table) >= database.ONE_THREAD_MAX_ROWS:  # as parts() does
             database.compress(con)
 
     def table_of(name: str) -> sql.ParquetFiles | Iterator[pa.Table]:
@@ -106,6 +111,7 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
         paths = _files(results, name)
         if paths is None:
             return parts(name)
+        from_files.append(name)
         return sql.ParquetFiles(paths, RANKS_PER_FILE_INSERT, functools.partial(compress_if_large, name))
 
     for script in scripts:
@@ -114,8 +120,7 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
             sql.mark_done(con, script, **params)
             continue
         sql.provide(con, script, table_of, **params)
-        for table in sql.script(script).shipped:
-            largest = max(largest, con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0])
+    largest = max([largest] + [rows_of(t) for t in from_files])
     if largest < database.ONE_THREAD_MAX_ROWS:  # the run scripts and the analyses that follow
         con.execute("SET threads = 1")
     else:  # the ranks' tables compressed: what the parent holds through the analyses (below)
