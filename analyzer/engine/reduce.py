@@ -84,25 +84,25 @@ def reduce_results(results: list[RankResult], name: str, source: str, manifest: 
     largest = 0  # rows of the largest table provided through Arrow
     from_files: list[str] = []  # tables read from the ranks' files (counted once in)
 
+    def rows_of(table: str) -> int:
+        return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+
+    def compress_if_large(table: str) -> None:
+        # between two inserts of a table: a large reduce's rows compressed before more go in (below)
+        if rows_of(table) >= database.ONE_THREAD_MAX_ROWS:
+            database.compress(con)
+
     def parts(name: str) -> Iterator[pa.Table]:
         # a batch of ranks at a time (RankResult.table reads a rank's from its file as its
         # batch needs it)
         nonlocal largest
         rows = 0
         for batch in batches(r.table(name) for r in results):
-            if rows and rows >= database.ONE_THREAD_MAX_ROWS:
-                # a large reduce: what is in compressed before the next batch goes in (see below)
-                database.compress(con)
+            if rows:
+                compress_if_large(name)
             yield batch
             rows += batch.num_rows
         largest = max(largest, rows)
-
-    def rows_of(table: str) -> int:
-        return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-
-    def compress_if_large(table: str) -> None:
-        if rows_of(table) >= database.ONE_THREAD_MAX_ROWS:  # as parts() does
-            database.compress(con)
 
     def table_of(name: str) -> sql.ParquetFiles | Iterator[pa.Table]:
         # one table of every rank at a time: from the ranks' files where each has one (ingest,

@@ -49,13 +49,16 @@ def _fmt(value_ms: float) -> str:
     return f"{value_ms:.3g} ms"
 
 
+EVENT_ID_BITS = 40  # waits.transfer_waits's key: rank << 40 | event_id (a rank has far fewer events)
+
+
 def _slow_transfers(con, rows: list[Collective]) -> dict[tuple, float]:
     """Per (rank, step): transfer time beyond the predicted comm time, summed (ms)."""
     import numpy as np
 
     # Each transfer's wait found by key in a sorted column, for all rows at once: a dict of
     # (rank, event_id) tuples took 350 MB for the two million transfers of a 1,024-rank run.
-    found = con.execute(sql.query("waits.transfer_waits")).fetchnumpy()
+    found = con.execute(sql.query("waits.transfer_waits"), {"event_id_bits": EVENT_ID_BITS}).fetchnumpy()
     keys, wait_ns = found["key"], found["wait_ns"]
     picked = [r for r in rows if r.step is not None and r.predicted_comm_ms is not None]
     out: dict[tuple, float] = defaultdict(float)
@@ -70,9 +73,6 @@ def _slow_transfers(con, rows: list[Collective]) -> dict[tuple, float]:
     for r, excess in zip(picked, excess_ms.tolist()):
         out[(r.rank, r.step)] += excess
     return out
-
-
-EVENT_ID_BITS = 40  # waits.transfer_waits's key: rank << 40 | event_id (a rank has far fewer events)
 
 
 def _late_ranks(step_waits: list[dict]) -> dict[int, list[int]]:
