@@ -216,6 +216,40 @@ def test_one_rank_is_scanned_while_the_analyzer_loads(tmp_path):
     assert probed["ranks"] == here["ranks"] and probed["steps"] == here["steps"]
 
 
+BESIDE_PROBE = """
+import sys, threading
+from overlapscope.analyzer.ingest import limits, scan
+
+opened, seen = threading.Event(), {}
+
+def meanwhile(ready):
+    ready()  # what ``then`` needs is here
+    seen["then ran beside"] = opened.wait(20)  # the rest (a store opening) waits for ``then``
+    return "store"
+
+def then(scanned):
+    opened.set()
+    return "columns" if scanned.columns["n"] else "no rows"
+
+print(scan.scan_beside(sys.argv[1], None, sys.argv[1], "overlap", limits.from_env(), meanwhile, then), seen)
+"""
+
+
+def test_the_columns_are_built_beside_the_rest_of_the_preparation():
+    """``scan_beside`` runs ``then`` (a one-rank run's columns) as soon as ``meanwhile`` says
+    it may, beside the rest of ``meanwhile`` (the store opening), not after it: here the
+    rest waits for ``then`` to start, and would wait in vain if ``then`` waited for it. In a
+    fresh process (one thread: a test runner's threads make scan_beside run things in turn)."""
+    import subprocess
+    import sys
+
+    trace = sorted((SAMPLES / "ddp").glob("rank-*.json*"))[0]
+    out = subprocess.run([sys.executable, "-c", BESIDE_PROBE, str(trace)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "('columns', 'store') {'then ran beside': True}"
+
+
 def test_a_worker_hands_its_results_over_in_files_and_they_read_back_the_same(tmp_path):
     """With a results folder, a worker sends its parent the ranks' facts only (the map's
     parent holds no tables while the workers work); read back, the tables are the ones

@@ -10,8 +10,6 @@ process: each is still bounded by its own budget, only slower.
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.connection
 import os
 import sys
 import threading
@@ -118,6 +116,8 @@ def _forked(fn, items: list, n: int, report, while_waiting) -> list:
     later groups of 29 ranks than at its first (so 256 ranks peaked above 64); a fork of
     this lean process costs about a millisecond.
     """
+    import multiprocessing.connection  # here, not at the top: a run of one rank forks nothing (10 ms)
+
     ctx = multiprocessing.get_context("fork")
     results: list = [None] * len(items)
     waiting = list(reversed(range(len(items))))  # the next item is the last

@@ -148,34 +148,46 @@ SWITCH_INTERVAL_S = 2e-5
 BESIDE_CHUNK_BYTES = 4 << 20
 
 
-def scan_beside(path: str, member: str | None, where: str, detail: str, limits: Limits, meanwhile: Callable):
-    """``scan`` of one file in this thread while ``meanwhile()`` runs in another: (Scanned,
-    what ``meanwhile`` returned). The scanner releases the GIL while it parses, so
-    ``meanwhile`` (importing NumPy, Arrow, DuckDB and the analyzer, opening a store: 0.2-0.3 s)
-    runs on another core instead of before the scan. Where other threads run already (a
-    server), nothing runs beside (the switch interval is the whole process's): the scan
-    first, so that a bad file costs no store. ``meanwhile``'s error is raised after the scan's."""
+def scan_beside(path: str, member: str | None, where: str, detail: str, limits: Limits, meanwhile: Callable,
+                then: Callable):
+    """``then(scan(...))`` of one file in this thread while ``meanwhile(ready)`` runs in
+    another: (what ``then`` returned, what ``meanwhile`` returned). The scanner releases the
+    GIL while it parses, so ``meanwhile`` (importing NumPy, Arrow, DuckDB and the analyzer:
+    0.2 s of Python that holds the GIL) runs on another core instead of before the scan.
+    ``meanwhile`` calls ``ready()`` once what ``then`` needs is imported; ``then`` (the
+    columns, which hold the GIL) runs from there beside the rest of ``meanwhile`` (a store
+    opening, which DuckDB does without it). Where other threads run already (a server),
+    nothing runs beside (the switch interval is the whole process's): the scan first, so
+    that a bad file costs no store. ``meanwhile``'s error is raised after the scan's."""
     out: dict = {}
+    ready = threading.Event()
 
     def run() -> None:
         try:
-            out["value"] = meanwhile()
+            out["value"] = meanwhile(ready.set)
         except BaseException as err:  # noqa: BLE001 (raised in the caller's thread)
             out["error"] = err
+        finally:
+            ready.set()
 
     if threading.active_count() > 1:
         scanned = scan(path, member, where, detail, limits)
         run()
-    else:
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-        helper = threading.Thread(target=run, name="overlapscope-prepare", daemon=True)
-        helper.start()
-        try:
-            scanned = scan(path, member, where, detail, limits, BESIDE_CHUNK_BYTES)
-        finally:
-            helper.join()
-            sys.setswitchinterval(interval)
+        if "error" in out:
+            raise out["error"]
+        return then(scanned), out["value"]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    helper = threading.Thread(target=run, name="overlapscope-prepare", daemon=True)
+    helper.start()
+    try:
+        scanned = scan(path, member, where, detail, limits, BESIDE_CHUNK_BYTES)
+        ready.wait()
+        if "error" not in out:
+            done = then(scanned)
+    finally:
+        helper.join()
+        sys.setswitchinterval(interval)
     if "error" in out:
         raise out["error"]
-    return scanned, out["value"]
+    return done, out["value"]

@@ -112,11 +112,14 @@ def _dependents(name: str, done: list[str]) -> set[str]:
 
 
 _READY = weakref.WeakSet()  # connections that have _sql_done and the interval macros
+# No key: a row is replaced by a delete and an insert (_record), 1 ms where INSERT OR
+# REPLACE on a primary key took 2-8 ms (measured), twice or more per analysis.
+_DONE_TABLE = "CREATE TEMP TABLE IF NOT EXISTS _sql_done (script VARCHAR, params VARCHAR)"
 
 
 def _ready(con) -> None:
     if con not in _READY:  # the first script on this connection
-        con.execute("CREATE TEMP TABLE IF NOT EXISTS _sql_done (script VARCHAR PRIMARY KEY, params VARCHAR)")
+        con.execute(_DONE_TABLE)
         ensure_macros(con)
         _READY.add(con)
 
@@ -132,7 +135,7 @@ def setup(con, *names: str) -> None:
     for name in names:
         con.execute(text(name))
     if "intervals" in names:
-        con.execute("CREATE TEMP TABLE IF NOT EXISTS _sql_done (script VARCHAR PRIMARY KEY, params VARCHAR)")
+        con.execute(_DONE_TABLE)
         _READY.add(con)
 
 
@@ -161,7 +164,8 @@ def ensure(con, name: str, /, **params) -> None:
         return
     for required in s.requires:
         ensure(con, required, **{k: v for k, v in params.items() if k in script(required).params})
-    done = _done(con)
+    if s.requires:  # what they ran
+        done = _done(con)
     for table in s.inputs:
         found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? UNION ALL "
                             "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [table, table]).fetchall()
@@ -172,10 +176,13 @@ def ensure(con, name: str, /, **params) -> None:
     con.execute(s.text)
     if s.private:  # what only the script read goes (a worker's store holds tens of ranks)
         con.execute("".join(f"DROP TABLE IF EXISTS {t};" for t in s.private))
-    stale = _dependents(name, list(done))
-    if stale:
-        con.execute("DELETE FROM _sql_done WHERE list_contains(?, script)", [sorted(stale)])
-    con.execute("INSERT OR REPLACE INTO _sql_done VALUES (?, ?)", [name, key])
+    _record(con, name, key, forget=_dependents(name, list(done)))
+
+
+def _record(con, name: str, key: str, forget: set[str] = frozenset()) -> None:
+    """Script ``name`` ran with parameters ``key``; the scripts in ``forget`` must run again."""
+    con.execute("DELETE FROM _sql_done WHERE list_contains(?, script)", [sorted({name, *forget})])
+    con.execute("INSERT INTO _sql_done VALUES (?, ?)", [name, key])
 
 
 @dataclass(frozen=True)
@@ -233,7 +240,7 @@ def mark_done(con, name: str, /, **params) -> None:
     s = script(name)
     mine = {k: params[k] for k in s.params if k in params}
     _ready(con)
-    con.execute("INSERT OR REPLACE INTO _sql_done VALUES (?, ?)", [name, json.dumps(mine, sort_keys=True, default=str)])
+    _record(con, name, json.dumps(mine, sort_keys=True, default=str))
 
 
 @functools.cache
