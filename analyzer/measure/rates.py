@@ -35,35 +35,60 @@ def flops_per_s(con, run_id: int) -> dict:
     return {"flops_per_s": value, "matmul_ops": ops or 0, "matmul_ms": (ns or 0) / NS_PER_MS}
 
 
-def instances(rows: list[Collective]) -> dict[tuple[int, int], Instance]:
-    """Each row's collective instance, keyed by (rank, event_id).
+def instances(rows: list[Collective]) -> list[Instance]:
+    """Each row's collective instance, in the rows' order.
 
     An instance is the n-th transfer of one (step, microbatch, kind, id, phase):
-    every rank runs the same collectives in the same order.
+    every rank runs the same collectives in the same order. Rows come rank by rank
+    (collectives.compute's order): a rank's stretches of rows are found first, and only
+    one rank's rows are sorted (by launch) at a time.
     """
-    seen: dict[tuple, int] = defaultdict(int)  # of the rank at hand (rows come rank by rank)
-    out, rank = {}, None
+    stretches: dict[int, list[range]] = defaultdict(list)
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or rows[i].rank != rows[start].rank:
+            stretches[rows[start].rank].append(range(start, i))
+            start = i
+    out: list = [None] * len(rows)
     same: dict[Instance, Instance] = {}  # one tuple per instance, not one per rank that ran it
-    for r in sorted(rows, key=lambda r: (r.rank, r.launch_ts_ns or 0, r.event_id)):
-        if r.rank != rank:
-            seen.clear()
-            rank = r.rank
-        base = (r.step, r.microbatch, r.kind, r.id, r.phase)
-        n = seen[base]
-        seen[base] += 1
-        instance = base + (n,)
-        out[(r.rank, r.event_id)] = same.setdefault(instance, instance)
+    for ranges in stretches.values():
+        seen: dict[tuple, int] = defaultdict(int)
+        for i in sorted((i for r in ranges for i in r), key=lambda i: (rows[i].launch_ts_ns or 0, rows[i].event_id)):
+            r = rows[i]
+            base = (r.step, r.microbatch, r.kind, r.id, r.phase)
+            instance = base + (seen[base],)
+            seen[base] += 1
+            out[i] = same.setdefault(instance, instance)
     return out
 
 
-def transfer_s(rows: list[Collective], of: dict[tuple[int, int], Instance]) -> dict[Instance, float]:
-    """Shortest comm time (s) of each instance over the ranks that ran it: the transfer itself."""
+def transfer_s(rows: list[Collective], of: list[Instance]) -> dict[Instance, float]:
+    """Shortest comm time (s) of each instance over the ranks that ran it: the transfer
+    itself (``of``: each row's instance, ``instances``)."""
     best: dict[Instance, float] = {}
-    for r in rows:
-        key = of[(r.rank, r.event_id)]
+    for r, key in zip(rows, of):
         t = r.comm_ms / 1e3
         best[key] = min(best.get(key, t), t)
     return best
+
+
+def sized(rows: list[Collective]) -> tuple[list[Collective], list[float], list[float]]:
+    """Collectives with a size, group and kind; their wire bytes; their instance's transfer
+    time (s) (what ``bandwidth`` and ``latency`` read: computed once for both, ``sized_rows``).
+    Lists aligned with the rows, not dicts keyed by them: 2 million rows at 1,024 ranks."""
+    of = instances(rows)
+    best = transfer_s(rows, of)
+    out: tuple[list, list, list] = ([], [], [])
+    for r, key in zip(rows, of):
+        if r.bytes and r.group_size and r.group_size > 1 and r.collective:
+            try:
+                wire = wire_bytes(r.collective, r.bytes, r.group_size)
+            except ValueError:
+                continue
+            out[0].append(r)
+            out[1].append(wire)
+            out[2].append(best[key])
+    return out
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -71,33 +96,17 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))]
 
 
-def sized(rows: list[Collective]) -> tuple[list[Collective], list[float], dict, dict]:
-    """Collectives with a size, group and kind; their wire bytes; instances and transfer times
-    (what ``bandwidth`` and ``latency`` read: computed once for both, ``sized_rows``)."""
-    of = instances(rows)
-    best = transfer_s(rows, of)
-    wires: dict[int, float] = {}
-    for i, r in enumerate(rows):
-        if r.bytes and r.group_size and r.group_size > 1 and r.collective:
-            try:
-                wires[i] = wire_bytes(r.collective, r.bytes, r.group_size)
-            except ValueError:
-                continue
-    return [rows[i] for i in wires], [wires[i] for i in wires], of, best
-
-
 def bandwidth(rows: list[Collective], sized_rows: tuple | None = None) -> dict:
     """W (bytes/s): median bus bandwidth of the large collectives (each instance at its fastest rank).
     ``sized_rows``: ``sized(rows)`` when the caller has it."""
-    sized_, wires, of, best = sized_rows or sized(rows)
+    sized_, wires, transfers = sized_rows or sized(rows)
     out = {"bus_bandwidth_bytes_per_s": None, "large_collectives": 0}
     if not sized_:
         return out
     large_cut = _quantile([r.bytes for r in sized_], LARGE_QUANTILE)
-    large = [(r, w) for r, w in zip(sized_, wires) if r.bytes >= large_cut and best[of[(r.rank, r.event_id)]] > 0]
+    large = [w / t for r, w, t in zip(sized_, wires, transfers) if r.bytes >= large_cut and t > 0]
     if large:
-        out.update(bus_bandwidth_bytes_per_s=statistics.median(w / best[of[(r.rank, r.event_id)]] for r, w in large),
-                   large_collectives=len(large))
+        out.update(bus_bandwidth_bytes_per_s=statistics.median(large), large_collectives=len(large))
     return out
 
 
@@ -113,18 +122,18 @@ def latency(rows: list[Collective], w_bytes_per_s: float | None, w_by_kind: dict
     """The per-collective latency term, fitted on the small collectives with W fixed
     (each kind's own W from ``w_by_kind`` where given, else ``w_bytes_per_s``): the mean
     of measured time minus wire bytes over W, never below 0 (``model.ring.fit_latency``)."""
-    sized_, wires, of, best = sized_rows or sized(rows)
+    sized_, wires, transfers = sized_rows or sized(rows)
     w_by_kind = w_by_kind or {}
     if not sized_ or not (w_bytes_per_s or w_by_kind):
         return {"latency_s": None, "small_collectives": 0}
     small_cut = _quantile([r.bytes for r in sized_], SMALL_QUANTILE)
     ref = w_bytes_per_s or next(iter(w_by_kind.values()))
     small = []
-    for r, wire in zip(sized_, wires):
+    for r, wire, t in zip(sized_, wires, transfers):
         w = w_by_kind.get(r.collective) or w_bytes_per_s
         if r.bytes <= small_cut and w:
             # scaled so that wire / ref is this kind's wire / W
-            small.append((wire * ref / w, best[of[(r.rank, r.event_id)]]))
+            small.append((wire * ref / w, t))
     if not small:
         return {"latency_s": None, "small_collectives": 0}
     fit = fit_latency(small, busbw_bytes_per_s=ref)
