@@ -142,7 +142,6 @@ def map_group(tasks: list[RankTask], on_decoded=None) -> list[RankResult]:
     import pyarrow as pa
 
     from overlapscope.analyzer import sql
-    from overlapscope.analyzer.ingest import memory
     from overlapscope.analyzer.ingest.decode import decode_source
     from overlapscope.analyzer.store import database, runstore
 
@@ -157,7 +156,6 @@ def map_group(tasks: list[RankTask], on_decoded=None) -> list[RankResult]:
     try:
         for t in tasks:
             data = decode_source(t.source, t.detail, use_scanner=True, limits=t.limits)
-            memory.release_freed()  # the scan's buffers, before the store's own allocator fills
             claim(claims, data.meta)  # the store holds the group's ranks by rank: one file each
             if t.out_dir:
                 runstore.write_raw(t.out_dir, data.meta["rank"],

@@ -18,7 +18,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from overlapscope.analyzer.ingest import classify, columns as col
+from overlapscope.analyzer.ingest import classify, columns as col, memory
 from overlapscope.analyzer.ingest.classify import KIND_CODE
 from overlapscope.contract.collectives import collective_kind
 from overlapscope.analyzer.ingest.dtypes import itemsize
@@ -194,11 +194,15 @@ def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool =
     fr: Frame = frame(source.path, source.member, where, detail, limits, use_scanner, scanned)
     meta = _rank_facts(fr.header, source, limits)
     try:
-        return _columns(fr, meta, detail)
+        data = _columns(fr, meta, detail)
     except (msgspec.ValidationError, msgspec.DecodeError) as err:  # the args of some event
         raise InputError(where, f"an event's args do not read as Kineto writes them: {err}") from None
     except RecursionError:
         raise InputError(where, "JSON nested deeper than the limit") from None
+    del fr
+    if scanned is None:  # the scan's buffers are gone (a caller that scanned gives them back itself)
+        memory.release_freed()
+    return data
 
 
 def _columns(fr: Frame, meta: dict, detail: str) -> RankData:

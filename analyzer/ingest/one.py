@@ -9,7 +9,7 @@ GIL), and they are checked and stored as ``load.load`` stores them. A run of mor
 maps them over worker processes instead (``analyzer/engine``).
 
 A store opened during the scan once raised a large trace's peak (a 1 GB trace: 828-890
-MB against 591-608 MB with the store opened after the decode), and only traces under
+MB against 585 MB with the store opened after the decode), and only traces under
 32 MiB had it opened beside. The cause was glibc keeping the scan's freed buffers
 (``memory.py``): with them given back after the decode, the store opens beside at any
 size, for the same peak (544-623 MB, measured).
