@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import REFERENCE
+from conftest import REFERENCE, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -132,33 +132,25 @@ def test_an_upload_keeps_its_caps_in_bounded_memory(tmp_path):
 @pytest.fixture(scope="module")
 def trace_200mb(tmp_path_factory):
     """A real GPU trace of about 200 MB decompressed: the 54 MB reference trace's events
-    four times over, shifted in time (correlation ids and steps renumbered)."""
+    four times over, shifted in time (correlation ids, flow ids and steps renumbered), as
+    the scaling benchmark builds its large ranks (benchmarks/bench_scale.py)."""
     src = REFERENCE / "gpu_allreduce_v100_rank1_of2" / "df_index_resolver.json.gz"
     if not src.is_file():
         pytest.skip("reference traces not found")
     import gzip
 
-    trace = json.load(gzip.open(src))
-    events = trace["traceEvents"]
-    timed = [e for e in events if "ts" in e and e.get("ph") != "M"]
-    span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed)
-    out = [e for e in events if e.get("ph") == "M"]
-    for k in range(4):
-        for e in timed:
-            c = dict(e, ts=e["ts"] + k * (span + 1000))
-            args = c.get("args")
-            if args and ("correlation" in args or "External id" in args):
-                c["args"] = {**args, **{key: args[key] + k * 10_000_000 for key in ("correlation", "External id")
-                                        if isinstance(args.get(key), int)}}
-            if c.get("name", "").startswith("ProfilerStep#"):
-                c["name"] = f"ProfilerStep#{int(c['name'].split('#')[1]) + 100 * k}"
-            out.append(c)
-    trace["traceEvents"] = out
-    path = tmp_path_factory.mktemp("big") / "rank-1.json.gz"
-    data = json.dumps(trace).encode()
-    with gzip.open(path, "wb", compresslevel=1) as f:
-        f.write(data)
-    return path, len(data)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_scale
+    finally:
+        sys.path.pop(0)
+    with gzip.open(src, "rb") as f:
+        trace = json.load(f)
+    folder = bench_scale.build(tmp_path_factory.mktemp("big"), 1, 4, trace, {})
+    path = folder / "rank-0.json.gz"
+    with gzip.open(path, "rb") as f:
+        size = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 24), b""))
+    return path, size
 
 
 # The share of the decompressed size a decode may add to the process: analyze's
