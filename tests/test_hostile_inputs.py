@@ -566,6 +566,33 @@ def test_a_dropped_flow_costs_no_token(tmp_path):
     assert sorted(set(flows[0].column("flow_id").to_pylist())) == list(range(1_000_000, 1_005_000))
 
 
+def test_the_token_cap_counts_distinct_names_exactly(tmp_path):
+    """The scanner's cap on distinct tokens (the names it interns: cat, name, pid, tid and
+    kept ids, as their JSON texts) passes a trace that holds exactly as many and refuses it
+    one below, wherever the chunks of the stream end. The count comes from the JSON itself."""
+    from overlapscope.analyzer.ingest import scan
+    from overlapscope.analyzer.ingest.limits import Limits
+
+    t = GpuTrace(rank=0, world_size=1).step(1, 0, 100_000)
+    for i in range(300):
+        t.kernel(10 + 20 * i, 5, name=f"kernel_{i}")
+    trace = t.to_json()
+    path = write(trace, tmp_path / "rank-0.json")
+    names = set()
+    for e in trace["traceEvents"]:
+        for key in ("cat", "name", "pid", "tid", "id"):
+            v = e.get(key)
+            if isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and key not in ("cat", "name")):
+                names.add(json.dumps(v))
+    for chunk in (None, 64, 4096):  # chunks that end inside events: their retries count nothing twice
+        scanned = scan.scan(path, None, "rank-0.json", "full", Limits(max_tokens=len(names)), chunk)
+        assert len(scanned.columns["tokens"]) == len(names)
+        with pytest.raises(InputError, match="more distinct names than the limit"):
+            scan.scan(path, None, "rank-0.json", "full", Limits(max_tokens=len(names) - 1), chunk)
+    with pytest.raises(InputError, match="more distinct names than the limit"):
+        decode_source(TraceSource(path), "full", limits=Limits(max_tokens=len(names) - 1))
+
+
 def test_a_file_that_inflates_like_no_trace_is_refused(tmp_path, capsys):
     """80 MiB of blanks in a gzip of about 80 KiB (1,000x) passes the 64 MiB every file may
     inflate to and is refused there, as a zip member too; a plain file of blanks inflates

@@ -1027,18 +1027,23 @@ static int is_integer_token(const char *tok, Py_ssize_t len) {
 /* Every Chrome-trace phase (frames.KNOWN_PH; tests/test_decoders_agree.py checks they match). */
 static const char KNOWN_PH[] = "XiIMstfBECbnePONDRcVv()";
 
+#define TOO_MANY_TOKENS "more distinct names than the limit"
+
 static int known_ph(unsigned char ph) {
     return ph > 1 && memchr(KNOWN_PH, ph, sizeof(KNOWN_PH) - 1) != NULL;
 }
 
 /* A field's token id: the field's token of the event before (most often the same: pid, tid,
-   cat), else the table's; -2: out of memory, -3: past the kept-memory cap. */
+   cat), else the table's; -2: out of memory, -3: past the kept-memory cap, -4: the table
+   holds more than max_tokens (checked after the lookup, so that a tentative call that added
+   the token fails its retry too). Callers fail at once on each, tentative or not. */
 static inline __attribute__((always_inline)) int32_t intern_token(Scanner *s, int f, const char *tok,
                                                                   Py_ssize_t len) {
     if (s->last_tok[f] && s->last_len[f] == len && !memcmp(s->last_tok[f], tok, len)) return s->last_id[f];
     Py_ssize_t before = s->tokens.count;
     int32_t t = table_id(&s->tokens, &s->arena, tok, len);
     if (t == -2) return -2;
+    if (s->tokens.count > s->max_tokens) return -4;
     if (s->tokens.count > before) {
         s->token_bytes += len + TOKEN_OVERHEAD;
         if (over_kept(s)) return -3;
@@ -1129,10 +1134,6 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
                 if (str == 1 || (str == 0 && !is_literal(tok, len) && !(bit & (F_CAT | F_NAME)) &&
                                  is_integer_token(tok, len))) {
                     /* a string, or (pid, tid, id) an integer */
-                    if (s->tokens.count >= s->max_tokens) {
-                        c.bad = "more distinct names than the limit";
-                        break;
-                    }
                     if (bit == F_ID) {  /* interned once the event is kept (below) */
                         id_tok = tok;
                         id_len = len;
@@ -1140,6 +1141,7 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
                         t = intern_token(s, __builtin_ctz(bit), tok, len);
                         if (t == -2) return nomem(s);
                         if (t == -3) return kept_failure(s);
+                        if (t == -4) return fail_at(s, c.p, TOO_MANY_TOKENS);
                     }
                 } else {
                     if (bit == F_ID) id_tok = NULL;
@@ -1224,10 +1226,10 @@ static int scan_event(Scanner *s, const char *p, const char *end, int tentative,
     if (mode < 0) return -1;
     if (mode == 0 || (mode >= 3 && s->gpu)) return 0;
     if (id_tok) {
-        if (s->tokens.count >= s->max_tokens) return fail_at(s, p, "more distinct names than the limit");
         id = intern_token(s, __builtin_ctz(F_ID), id_tok, id_len);
         if (id == -2) return nomem(s);
         if (id == -3) return kept_failure(s);
+        if (id == -4) return fail_at(s, p, TOO_MANY_TOKENS);
     }
     unsigned char cond = mode >= 3;
     int64_t astart = 0, alen = 0;
