@@ -11,6 +11,8 @@ store opens. The attribution and the checklist are imported where they are used:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.headline import failed, headline
 from overlapscope.analyzer.measure import overlap
@@ -76,10 +78,12 @@ def _stored(info, name: str, tokens: float | None) -> dict | None:
     return runstore.read_document(info.run_dir, name) if _answers(info, name, tokens) else None
 
 
-def stored_json(con, run_id: int, name: str, tokens: float | None = None) -> list | None:
+def stored_json(con, run_id: int, name: str, tokens: float | None = None) -> Iterator[bytes] | None:
     """``buckets``' or ``diagnose``'s JSON of a catalog's run, indented, straight from what
-    ingest stored (no decoding, no copy: large runs print at once), as pieces to write one
-    after the other; None when it must be computed."""
+    ingest stored (no decoding, never whole in memory: large runs print at once), as pieces
+    to write one after the other; None when it must be computed."""
+    import itertools
+
     import msgspec
 
     from overlapscope.analyzer.store import runstore
@@ -87,9 +91,12 @@ def stored_json(con, run_id: int, name: str, tokens: float | None = None) -> lis
     info = run_info(con, run_id)
     if not _answers(info, name, tokens):
         return None
-    body = runstore.read_document_bytes(info.run_dir, name)  # '{\n  "key": ...' (runstore.write_document)
+    # the stored text opens '{\n  "key": ...' (runstore.write_document): the run goes first
+    body = runstore.document_chunks(info.run_dir, name, skip=2)
+    if body is None:
+        return None
     run = msgspec.json.format(msgspec.json.encode(info.describe()), indent=2).replace(b"\n", b"\n  ")
-    return [b'{\n  "run": ' + run + b",\n", memoryview(body)[2:]]
+    return itertools.chain([b'{\n  "run": ' + run + b",\n"], body)
 
 
 def buckets(paths: list[str], workers: int | None = None, tokens: float | None = None, engine: str = "local",

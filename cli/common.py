@@ -107,7 +107,7 @@ def to_json(result) -> bytes:
     return msgspec.json.format(msgspec.json.encode(result), indent=2)
 
 
-def emit_stored(pieces: list | None) -> bool:
+def emit_stored(pieces) -> bool:
     """Print indented JSON as it was stored (``api.stored_json``'s pieces); False for None."""
     import sys
 

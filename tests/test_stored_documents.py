@@ -30,6 +30,21 @@ def test_streamed_documents_are_the_formatted_json(tmp_path, document):
     assert runstore.read_document_bytes(tmp_path, "doc") == whole
     assert runstore.document_facts(tmp_path, "doc") == {"bytes": len(whole), "tokens": 7}
     assert gzip.decompress((tmp_path / "doc.json.gz").read_bytes()) == whole  # plain gzip: any tool reads it
+    for skip in (0, 2):  # printed a piece at a time (stored_json skips the opening brace)
+        assert b"".join(runstore.document_chunks(tmp_path, "doc", skip=skip)) == whole[skip:]
+    assert runstore.document_chunks(tmp_path, "other") is None
+
+
+def test_a_stored_document_is_printed_in_pieces(tmp_path, monkeypatch):
+    """A document larger than a piece is read a piece at a time (never whole in memory: a
+    64-rank run's buckets hold 61.6 MB of JSON), and the pieces make the document."""
+    document = {"rows": [{"k": i, "v": "x" * 50} for i in range(400)]}
+    whole = msgspec.json.format(msgspec.json.encode(document), indent=2)
+    runstore.write_document(tmp_path, "doc", document)
+    monkeypatch.setattr(runstore, "CHUNK_BYTES", 4096)
+    pieces = list(runstore.document_chunks(tmp_path, "doc", skip=2))
+    assert len(pieces) == -(-(len(whole) - 2) // 4096) > 5 and max(map(len, pieces)) == 4096
+    assert b"".join(pieces) == whole[2:]
 
 
 def test_a_document_stored_as_zstd_by_an_older_version_still_reads(tmp_path):
@@ -42,6 +57,7 @@ def test_a_document_stored_as_zstd_by_an_older_version_still_reads(tmp_path):
     assert runstore.read_document_bytes(tmp_path, "buckets") == whole
     assert runstore.read_document(tmp_path, "buckets") == {"summary": [{"kind": "ddp_bucket", "id": "0"}]}
     assert runstore.read_document_bytes(tmp_path, "diagnose") is None
+    assert b"".join(runstore.document_chunks(tmp_path, "buckets", skip=2)) == whole[2:]
 
 
 def test_a_stored_buckets_document_is_what_buckets_json_prints(tmp_path, monkeypatch, capsys):
