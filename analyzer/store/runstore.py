@@ -196,9 +196,13 @@ def read_document_bytes(run_dir: str | os.PathLike, name: str) -> bytes | None:
         return None
     path = Path(run_dir) / f"{name}.json.gz"
     if path.is_file():
-        from isal import igzip
+        from isal import igzip, isal_zlib
 
-        return igzip.decompress(path.read_bytes())
+        data = path.read_bytes()
+        # into a buffer of the size the facts give: half the time of a decompress that grows
+        # its buffer as it goes (61.6 MB: 39-41 against 72-88 ms); one gzip member, as written
+        whole = isal_zlib.decompress(data, wbits=31, bufsize=max(facts.get("bytes") or 0, 1))
+        return whole if len(whole) == facts.get("bytes") else igzip.decompress(data)
     path = path.with_suffix(".zst")  # a run stored before the documents were gzip
     if not path.is_file():
         return None
