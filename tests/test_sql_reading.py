@@ -1,5 +1,5 @@
-"""Reading a named query's rows (analyzer/sql): as dicts a batch at a time, and as column
-lists a batch at a time, against the rows DuckDB returns whole."""
+"""Reading a named query's rows as column lists a batch at a time (``sql.column_batches``),
+against hand-built rows."""
 
 from __future__ import annotations
 
@@ -55,11 +55,6 @@ def test_column_batches_are_the_rows_in_order(con, batch):
     assert rows == _in_order()
     # Python's own types, as fetchall gives them (a row is built from these values)
     assert [tuple(map(type, r)) for r in rows] == [tuple(map(type, r)) for r in _in_order()]
-
-
-def test_stream_gives_the_same_rows_as_dicts(con):
-    names = _names(con)
-    assert list(sql.stream(con, "collectives.stats", batch=3)) == [dict(zip(names, r)) for r in _in_order()]
 
 
 def test_an_empty_result_gives_no_batch(con):

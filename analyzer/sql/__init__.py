@@ -267,19 +267,6 @@ def rows(con, name: str, /, **params) -> list[dict]:
     return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
-def stream(con, name: str, /, batch: int = 10_000, **params):
-    """A named query's rows as dicts, fetched ``batch`` at a time (a large result is never
-    held whole as Python objects beside what the caller builds from it)."""
-    cur = con.execute(query(name), params or None)
-    names = [d[0] for d in cur.description]
-    while True:
-        chunk = cur.fetchmany(batch)
-        if not chunk:
-            return
-        for row in chunk:
-            yield dict(zip(names, row))
-
-
 def column_batches(con, name: str, /, batch: int = 20_000, **params) -> Iterator[dict[str, list]]:
     """A named query's rows as column lists (name -> values), ``batch`` rows at a time:
     for callers that build one object per row. Through Arrow: 2.07 million rows of 21
