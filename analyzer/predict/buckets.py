@@ -310,10 +310,11 @@ def summary(rows: list[Collective]) -> list[dict]:
 ROWS_PER_CHUNK = 5_000  # collectives encoded at a time when a stored document streams them
 
 
-def report(a: RunAnalysis, streamed: bool = False) -> dict:
+def report(a: RunAnalysis, streamed: bool = False, summarized: list[dict] | None = None) -> dict:
     """The ``buckets`` result (the JSON contract, without ``run``); ``streamed``: its
     collectives as a ``runstore.Rows`` that the run store encodes chunk by chunk (ingest:
-    a 256-rank run holds half a million of them)."""
+    a 256-rank run holds half a million of them); ``summarized``: ``summary(a.collectives)``
+    where the caller has it (1 s at 1,024 ranks)."""
     if streamed:
         from overlapscope.analyzer.store.runstore import Rows
 
@@ -323,5 +324,5 @@ def report(a: RunAnalysis, streamed: bool = False) -> dict:
         listed = Rows(chunks)
     else:
         listed = collectives.as_json(a.collectives)
-    return {"collectives": listed, "summary": summary(a.collectives),
+    return {"collectives": listed, "summary": summary(a.collectives) if summarized is None else summarized,
             "steps": a.steps, "model": a.model, "measured": a.sources, "memory": a.memory}

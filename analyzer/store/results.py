@@ -44,13 +44,14 @@ def compute(con, run_id: int) -> dict:
     a = buckets.analysis(con, run_id)
     diagnosed = checklist.diagnose(con, a)
     findings = diagnosed["findings"]
-    groups = [{**g, "id": None if g["id"] is None else str(g["id"])} for g in buckets.summary(a.collectives)]
+    summarized = buckets.summary(a.collectives)
+    groups = [{**g, "id": None if g["id"] is None else str(g["id"])} for g in summarized]
     head = headline(a.overlap, failed(findings))
     return {"headline": head, "findings": findings,
             "figures": {"rank_metrics": a.overlap["ranks"], "step_metrics": a.overlap["steps"],
                         "group_metrics": groups},
             "clock_offsets_ns": waits.clock_offsets_ns(con, run_id),
-            "documents": {"buckets": buckets.report(a, streamed=True), "diagnose": {"headline": head, **diagnosed},
+            "documents": {"buckets": buckets.report(a, streamed=True, summarized=summarized), "diagnose": {"headline": head, **diagnosed},
                           **_whatif(a)},
             "tokens": a.tokens}
 
