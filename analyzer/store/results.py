@@ -51,7 +51,8 @@ def compute(con, run_id: int) -> dict:
             "figures": {"rank_metrics": a.overlap["ranks"], "step_metrics": a.overlap["steps"],
                         "group_metrics": groups},
             "clock_offsets_ns": waits.clock_offsets_ns(con, run_id),
-            "documents": {"buckets": buckets.report(a, streamed=True, summarized=summarized), "diagnose": {"headline": head, **diagnosed},
+            "documents": {"buckets": buckets.report(a, streamed=True, summarized=summarized),
+                          "diagnose": {"headline": head, **diagnosed},
                           **_whatif(a)},
             "tokens": a.tokens}
 
