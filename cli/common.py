@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.cli.tables import clean
@@ -107,7 +108,7 @@ def to_json(result) -> bytes:
     return msgspec.json.format(msgspec.json.encode(result), indent=2)
 
 
-def emit_stored(pieces) -> bool:
+def emit_stored(pieces: Iterable[bytes] | None) -> bool:
     """Print indented JSON as it was stored (``api.stored_json``'s pieces); False for None."""
     import sys
 
