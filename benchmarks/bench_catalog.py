@@ -119,11 +119,11 @@ def pushes(folder: Path, n: int, clients: int) -> None:
 
 
 def list_latency(folder: Path, runs: int, repeat: int) -> None:
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs
 
     db = folder / "list.duckdb"
-    con = catalog.open_catalog(db)
-    catalog.ingest(con, [str(SAMPLE)], "seed")
+    con = runs.open_catalog(db)
+    runs.ingest(con, [str(SAMPLE)], "seed")
     # copies of the seed's rows (runs, ranks, metrics: what GET /api/v1/runs reads), 10 names
     con.execute("""INSERT INTO runs SELECT r.run_id + i, 'name-' || (i % 10), r.created_at + to_seconds(i), r.source,
                    r.world_size, r.backend, r.device_kind, r.manifest, '{"copy": "' || i || '"}', r.parallelism,
@@ -152,13 +152,14 @@ def list_latency(folder: Path, runs: int, repeat: int) -> None:
 
 
 def sizes(folder: Path, copies: int) -> None:
-    from overlapscope.analyzer.store import catalog, retention
+    from overlapscope.analyzer.store import retention
+    from overlapscope.analyzer import runs
 
     db = folder / "size.duckdb"
-    con = catalog.open_catalog(db)
+    con = runs.open_catalog(db)
     con.execute("CHECKPOINT")
     empty = retention.size_bytes(db)
-    ids = [catalog.ingest(con, [str(SAMPLE)], "size") for _ in range(copies)]
+    ids = [runs.ingest(con, [str(SAMPLE)], "size") for _ in range(copies)]
     con.execute("CHECKPOINT")
     full = retention.size_bytes(db)
     retention.prune(con, ids)

@@ -75,6 +75,7 @@ def ingest() -> tuple[int, float, int]:
     import subprocess
 
     from overlapscope.analyzer.store import catalog, runstore
+    from overlapscope.analyzer import runs
 
     DB.unlink(missing_ok=True)
     Path(f"{DB}.wal").unlink(missing_ok=True)
@@ -83,7 +84,7 @@ def ingest() -> tuple[int, float, int]:
     for _ in range(2):
         subprocess.run([sys.executable, "-m", "overlapscope.cli", "ingest", str(INPUT), "--run", f"bench/{RANKS}-ranks",
                         "--db", str(DB)], check=True, capture_output=True)
-    con = catalog.open_catalog(DB, read_only=True)
+    con = runs.open_catalog(DB, read_only=True)
     run_id = catalog.resolve_run(con, f"bench/{RANKS}-ranks")
     events = con.execute("SELECT sum(events) FROM ranks WHERE run_id = ?", [run_id]).fetchone()[0]
     con.close()
@@ -127,10 +128,11 @@ def timeline_size() -> dict:
     """What the timeline page draws for the slowest step on its default ranks."""
     from overlapscope.analyzer import api
     from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs
     from overlapscope.analyzer.measure import timeline
     from overlapscope.dashboard import shape
 
-    con = catalog.open_catalog(DB, read_only=True)
+    con = runs.open_catalog(DB, read_only=True)
     run_id = catalog.resolve_run(con, f"bench/{RANKS}-ranks")
     result = api.analyze_run(con, run_id)
     step = result["headline"]["slowest_step"]["step"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from overlapscope.analyzer import checklist
 from overlapscope.analyzer.checklist import RULES
-from overlapscope.analyzer.ingest.load import load
+from overlapscope.analyzer.engine.load import load
 from overlapscope.analyzer.predict import buckets as buckets_report
 
 ROOT = Path(__file__).resolve().parent.parent

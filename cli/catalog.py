@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.store.runinfo import run_info
 from overlapscope.analyzer.errors import UsageError
@@ -55,9 +56,9 @@ def run_ingest(args) -> int:
         return opened[0]
 
     name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # before any decoding
-    run_id = catalog.ingest(None, args.paths, name, tags, workers=args.workers, open_con=open_con,
-                            path=catalog.resolve_path(args.db), engine=args.engine, ray_address=args.ray_address,
-                            on_decoded=None if args.json else progress("decoding rank"))
+    run_id = runs.ingest(None, args.paths, name, tags, workers=args.workers, open_con=open_con,
+                         path=catalog.resolve_path(args.db), engine=args.engine, ray_address=args.ray_address,
+                         on_decoded=None if args.json else progress("decoding rank"))
     row = next(r for r in catalog.runs(opened[0], name) if r["run_id"] == run_id)
     # the run object, as analyze prints it: its warnings (missing ranks, events left out) go to stderr
     result = {"run_id": run_id, "name": name, **{k: row[k] for k in catalog.HISTORY_FIGURES},

@@ -27,11 +27,11 @@ def catalog_wait_s() -> float:
 
 def open_catalog(db, read_only: bool = False):
     """The catalog for a command: when another process holds it, say so once and wait (bounded)."""
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs
 
-    return catalog.open_catalog(db, read_only=read_only, wait_s=catalog_wait_s(),
-                                on_wait=lambda message: print(f"overlapscope: {message}", file=sys.stderr,
-                                                              flush=True))
+    return runs.open_catalog(db, read_only=read_only, wait_s=catalog_wait_s(),
+                             on_wait=lambda message: print(f"overlapscope: {message}", file=sys.stderr,
+                                                           flush=True))
 
 
 def add_engine_arguments(p) -> None:

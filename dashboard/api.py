@@ -45,9 +45,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from overlapscope.analyzer import gate, sql
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.ingest import limits
 from overlapscope.analyzer.errors import CatalogBusy, InputError, RunNotFound, UsageError
-from overlapscope.analyzer.store import access, catalog
+from overlapscope.analyzer.store import catalog
 from overlapscope.dashboard import auth, uploads
 from overlapscope.dashboard.settings import Settings
 from overlapscope.contract.names import MANIFEST_FILE
@@ -159,7 +160,7 @@ class Api:
 
     def __init__(self, settings: Settings, decode_threads: int | None = None):
         self.settings = settings
-        self.catalog = access.shared(settings.db)
+        self.catalog = runs.shared(settings.db)
         self._reads = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="overlapscope-api-read")
         self._decodes = ThreadPoolExecutor(decode_threads or max(1, min(4, os.cpu_count() or 1)),
                                            thread_name_prefix="overlapscope-api-decode")
@@ -312,8 +313,8 @@ class Api:
 
     def _prepare(self, path: Path):
         """Map the run into the run store and analyse it beside the writer (DuckDB runs on all cores)."""
-        return catalog.prepare(self.settings.db, [str(path)], workers=1,
-                               limits=limits.for_uploads(self.settings.max_upload_bytes))
+        return runs.prepare(self.settings.db, [str(path)], workers=1,
+                            limits=limits.for_uploads(self.settings.max_upload_bytes))
 
     async def push(self, request: Request) -> Response:
         started = time.monotonic()
@@ -383,8 +384,8 @@ class Api:
                 if found is not None:  # checked on the single writer: no two runs get one key
                     prepared.discard()
                     return catalog.run(con, found), False
-                return catalog.run(con, catalog.commit(con, prepared, name, tags, pushed_by=who,
-                                                       idempotency_key=key)), True
+                return catalog.run(con, runs.commit(con, prepared, name, tags, pushed_by=who,
+                                                    idempotency_key=key)), True
             except BaseException:
                 prepared.discard()  # not committed: its staging folder goes (commit removed a published one)
                 raise

@@ -21,9 +21,10 @@ from pathlib import Path
 import streamlit as st
 
 from overlapscope.analyzer import api, gate, sql
+from overlapscope.analyzer import runs as library_runs
 from overlapscope.analyzer.errors import CatalogBusy  # also what a page shows after WAIT_S
 from overlapscope.analyzer.measure import collectives, timeline as timeline_analysis
-from overlapscope.analyzer.store import access, catalog
+from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.store.runinfo import run_info
 
 WAIT_S = 10.0  # how long a page waits for a catalog another process is writing
@@ -36,13 +37,13 @@ def connect(db: str, wait_s: float | None = None):
     Waits up to ``wait_s`` (default ``WAIT_S``) for a file another process holds,
     then raises ``CatalogBusy``.
     """
-    with access.shared(db).read(WAIT_S if wait_s is None else wait_s) as con:
+    with library_runs.shared(db).read(WAIT_S if wait_s is None else wait_s) as con:
         yield con
 
 
 def write(db: str, work, wait_s: float | None = None):
     """``work(cursor)`` on the catalog's single writer, after the writes queued before it."""
-    return access.shared(db).write(work, WAIT_S if wait_s is None else wait_s)
+    return library_runs.shared(db).write(work, WAIT_S if wait_s is None else wait_s)
 
 
 def prepare_catalog(db: str, load_samples: bool, samples_dir: str | None = None) -> list[int]:
@@ -56,7 +57,7 @@ def prepare_catalog(db: str, load_samples: bool, samples_dir: str | None = None)
     if not load_samples:
         write(db, lambda con: None)  # creates the file
         return []
-    return write(db, lambda con: catalog.ensure_samples(con, folder))
+    return write(db, lambda con: library_runs.ensure_samples(con, folder))
 
 
 @st.cache_data(ttl=3, show_spinner=False)
@@ -171,9 +172,9 @@ def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None, pu
     total)`` reports each decoded file. ``limits``: the input caps (uploads pass
     ``limits.for_uploads``: what anyone who reaches the page may send).
     """
-    prepared = catalog.prepare(db, paths, workers=1, on_decoded=on_decoded, limits=limits)  # not in the writer
+    prepared = library_runs.prepare(db, paths, workers=1, on_decoded=on_decoded, limits=limits)  # not in the writer
     try:
-        return write(db, lambda con: catalog.commit(con, prepared, name, tags, pushed_by=pushed_by))
+        return write(db, lambda con: library_runs.commit(con, prepared, name, tags, pushed_by=pushed_by))
     except BaseException:
         prepared.discard()
         raise

@@ -16,7 +16,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from overlapscope.analyzer.store import access, catalog
+from overlapscope.analyzer import runs
+from overlapscope.analyzer.store import catalog
 
 
 @dataclass
@@ -39,11 +40,11 @@ def wait(timeout_s: float | None = None) -> bool:
 
 
 def _load(db: str, bundles: list[Path], quiet: bool) -> None:
-    shared = access.shared(db)
+    shared = runs.shared(db)
     try:
         for bundle in bundles:
-            shared.write(lambda con, b=bundle: catalog.ingest(con, [str(b)], name=catalog.sample_name(b),
-                                                              tags={"sample": "true"}), 600.0)
+            shared.write(lambda con, b=bundle: runs.ingest(con, [str(b)], name=catalog.sample_name(b),
+                                                           tags={"sample": "true"}), 600.0)
             PROGRESS.done += 1
             if not quiet:
                 print(f"\rloading the sample runs: {PROGRESS.done}/{PROGRESS.total} ({bundle.name})"
@@ -59,7 +60,7 @@ def start(db: str, samples_dir: Path, quiet: bool = False) -> threading.Thread |
     """Begin loading the samples ``db`` lacks (``catalog.missing_samples``: all of them into an
     empty catalog, the rest of them after a first start stopped while loading, none once the
     user has stored a run); None when there is nothing to load."""
-    bundles = access.shared(db).write(lambda con: catalog.missing_samples(con, samples_dir), 600.0)
+    bundles = runs.shared(db).write(lambda con: catalog.missing_samples(con, samples_dir), 600.0)
     if not bundles:
         return None
     PROGRESS.total, PROGRESS.done, PROGRESS.running, PROGRESS.error = len(bundles), 0, True, None

@@ -17,8 +17,8 @@ import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.store import access
 from overlapscope.dashboard.settings import Settings
 
 # The server keeps the catalog open this long after its last use (reads then cost a
@@ -80,7 +80,7 @@ def build(settings: Settings):
     from overlapscope.dashboard.spool import UploadSpool
 
     api = Api(settings)
-    shared = access.shared(settings.db, keep_open_s=KEEP_OPEN_S)
+    shared = runs.shared(settings.db, keep_open_s=KEEP_OPEN_S)
     spool = None
 
     @asynccontextmanager

@@ -2,7 +2,7 @@
 
 No Streamlit here: the upload page passes the files (anything with ``name``
 and ``getbuffer()``, as Streamlit's UploadedFile) and a progress callback.
-Storing is ``catalog.ingest``, atomic: on a bad file nothing is stored.
+Storing is ``runs.ingest``, atomic: on a bad file nothing is stored.
 """
 
 from __future__ import annotations

@@ -87,11 +87,11 @@ def dashboard_bundles(tmp_path_factory, worker_id) -> list[Path]:
 @pytest.fixture(scope="session")
 def dashboard_db(tmp_path_factory, dashboard_bundles) -> Path:
     """A catalog holding the two bundles as runs 'sample-a' (run 1) and 'sample-b' (run 2)."""
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs
 
     db = tmp_path_factory.mktemp("dashboard") / "catalog.duckdb"
-    con = catalog.open_catalog(db)
+    con = runs.open_catalog(db)
     for name, bundle in zip(("sample-a", "sample-b"), dashboard_bundles):
-        catalog.ingest(con, [str(bundle)], name=name, tags={"test": "dashboard"})
+        runs.ingest(con, [str(bundle)], name=name, tags={"test": "dashboard"})
     con.close()
     return db

@@ -15,8 +15,8 @@ from pathlib import Path
 import duckdb
 
 from overlapscope.analyzer import sql
-from overlapscope.analyzer.ingest.load import load
-from overlapscope.analyzer.store import results
+from overlapscope.analyzer.engine.load import load
+from overlapscope.analyzer.runs import derive
 
 
 def version_3(path: Path, runs: list[tuple[list[str], str, dict]]) -> None:
@@ -27,7 +27,7 @@ def version_3(path: Path, runs: list[tuple[list[str], str, dict]]) -> None:
             con.execute(sql.text(name))
         con.execute("INSERT INTO catalog_info VALUES ('schema_version', '3')")
         for paths, name, tags in runs:
-            load(paths, con=con, name=name, tags=tags, detail="full", after=results.write)
+            load(paths, con=con, name=name, tags=tags, detail="full", after=derive.write)
         con.execute("ALTER TABLE runs DROP COLUMN data_dir")  # version 4's
         con.execute("ALTER TABLE runs DROP COLUMN idempotency_key")  # version 5's
         con.execute("ALTER TABLE ranks DROP COLUMN text_replaced")  # version 5's

@@ -396,8 +396,9 @@ def test_a_signal_stops_everything_within_5_s(tmp_path, sig):
     assert first is None or first[0] in (201, 503), first
     print(f"{sig.name}: the push in flight got {first or outcome}")
     from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs as library_runs
 
-    con = catalog.open_catalog(db)  # not locked; and never half a run
+    con = library_runs.open_catalog(db)  # not locked; and never half a run
     names = [r["name"] for r in catalog.runs(con)]
     assert "before" in names and set(names) <= {"before", "inflight"}
     assert all(r["ranks"] == r["world_size"] and r["headline"] for r in catalog.runs(con))

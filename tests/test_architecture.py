@@ -30,7 +30,10 @@ MODULES = _modules()
 
 
 def _imports(module: str, path: Path) -> set[str]:
-    """Every product module ``module`` imports, at module level or inside functions."""
+    """Every product module ``module`` imports, at module level or inside functions.
+
+    ``from package import name`` counts as an import of the module ``package.name`` where
+    there is one, else of ``package`` (a name defined there)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -42,8 +45,7 @@ def _imports(module: str, path: Path) -> set[str]:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names)
     return {m for m in found if m in MODULES and m != module}
 
 
@@ -51,7 +53,7 @@ GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
+    """Strongly connected components of more than one node (Tarjan)."""
     index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
 
     def visit(v):
@@ -59,7 +61,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         counter[0] += 1
         stack.append(v)
         on.add(v)
-        for w in graph[v]:
+        for w in graph.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -76,7 +78,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(comp) > 1:
                 out.append(sorted(comp))
 
-    for v in graph:
+    for v in list(graph):
         if v not in index:
             visit(v)
     return out
@@ -91,32 +93,134 @@ def test_cycles_are_found():
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
 
 
-# Which stage may import which (the data flow: tracer -> bundle -> analyzer -> cli/dashboard).
-ALLOWED = {
-    "overlapscope.contract": {"overlapscope.contract"},
-    "overlapscope.tracer": {"overlapscope.contract", "overlapscope.tracer"},
-    "overlapscope.analyzer": {"overlapscope.contract", "overlapscope.analyzer"},
-    "overlapscope.dashboard": {"overlapscope.contract", "overlapscope.analyzer", "overlapscope.dashboard"},
-    "overlapscope.cli": {"overlapscope.contract", "overlapscope.analyzer", "overlapscope.dashboard",
-                         "overlapscope.cli"},
-}
+# --- packages in layers: the map in docs/architecture.md ------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+LAYERS_HEADING = "## Packages and what each may import"
 
 
-def _stage(module: str) -> str:
-    return ".".join(module.split(".")[:2])
+def package_of(module: str) -> str:
+    """The package a module belongs to, as the map names it: ``contract``, ``tracer``, ``cli``,
+    ``dashboard``, ``analyzer.<subpackage>``, ``analyzer.<module>`` for a module directly in
+    analyzer/ (``analyzer.gate``), and ``analyzer`` for the package's own ``__init__``."""
+    parts = module.split(".")[1:]
+    if parts[0] != "analyzer" or len(parts) == 1:
+        return parts[0]
+    return f"analyzer.{parts[1]}"
 
 
-def test_stages_import_in_one_direction():
-    wrong = [(m, i) for m, imports in GRAPH.items() for i in imports if _stage(i) not in ALLOWED[_stage(m)]]
-    assert wrong == []
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph collapsed to packages (function-level imports included)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for module, imported in graph.items():
+        out[package_of(module)].update(package_of(i) for i in imported)
+    return {p: deps - {p} for p, deps in out.items()}
+
+
+def _layer_map() -> dict[str, dict]:
+    """The table under LAYERS_HEADING: package -> {"may": set of packages, "row": the row's text}."""
+    text = ARCHITECTURE.read_text()
+    assert LAYERS_HEADING in text, f"{ARCHITECTURE.name} has no section {LAYERS_HEADING!r}"
+    section = text.split(LAYERS_HEADING, 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) != 3 or cells[0] in ("package", "") or set(cells[0]) <= {"-"}:
+            continue
+        name = cells[0].strip("`")
+        may = set() if cells[1] in ("nothing", "-") else {m.strip().strip("`") for m in cells[1].split(",")}
+        assert name not in rows, f"{name} twice in the map"
+        rows[name] = {"may": may, "row": line}
+    return rows
+
+
+LAYERS = _layer_map()
+
+
+def test_every_package_is_in_the_map_and_nothing_else():
+    assert set(LAYERS) == set(package_graph(GRAPH)) | {package_of(m) for m in MODULES}
+
+
+def test_packages_import_only_what_the_map_allows():
+    """Function-level imports count: an import hidden in a function is still a dependency."""
+    wrong = sorted((p, i) for p, deps in package_graph(GRAPH).items() for i in deps if i not in LAYERS[p]["may"])
+    assert wrong == [], "imports the map does not allow (package, imported): " + str(wrong)
+
+
+def test_the_map_allows_no_cycle():
+    """Not only the imports of today: what the map allows could never form a cycle."""
+    assert _cycles({p: row["may"] for p, row in LAYERS.items()}) == []
+    unknown = sorted({m for row in LAYERS.values() for m in row["may"]} - set(LAYERS))
+    assert unknown == []
+
+
+def test_no_two_packages_import_each_other():
+    graph = package_graph(GRAPH)
+    assert _cycles(graph) == []
+    assert sorted((a, b) for a in graph for b in graph[a] if a in graph.get(b, ())) == []
+
+
+def test_the_map_checker_finds_a_hidden_import(tmp_path):
+    """The collapsed graph sees a function-level import, and a two-way pair of packages is a cycle."""
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from overlapscope.analyzer.runs import derive\n")
+    MODULES_BEFORE = dict(MODULES)
+    try:
+        MODULES["overlapscope.analyzer.store.fake"] = module
+        found = _imports("overlapscope.analyzer.store.fake", module)
+    finally:
+        MODULES.clear()
+        MODULES.update(MODULES_BEFORE)
+    assert found == {"overlapscope.analyzer.runs.derive"}
+    graph = package_graph({"overlapscope.analyzer.store.fake": found,
+                           "overlapscope.analyzer.runs.derive": {"overlapscope.analyzer.store.results"}})
+    assert graph == {"analyzer.store": {"analyzer.runs"}, "analyzer.runs": {"analyzer.store"}}
+    assert _cycles(graph) == [["analyzer.runs", "analyzer.store"]]
+
+
+def _path_of(package: str) -> Path:
+    """The folder of a package, or the file of a one-module package (``analyzer.gate``)."""
+    folder = ROOT / package.replace(".", "/")
+    return folder if folder.is_dir() else folder.with_suffix(".py")
+
+
+def test_every_module_is_named_in_its_packages_row():
+    """docs/architecture.md names every module of a package in that package's row (a
+    folder inside it, like ``views/``, by the folder's name), so a newcomer finds each
+    file from the map."""
+    missing = []
+    for module, path in MODULES.items():
+        home = _path_of(package_of(module))
+        if home.suffix == ".py" or path == home / "__init__.py":
+            continue  # a one-module package, or the package itself: its row
+        rel = path.relative_to(home)
+        name = f"`{rel.parts[0]}/`" if len(rel.parts) > 1 else f"`{path.name}`"
+        if name not in LAYERS[package_of(module)]["row"]:
+            missing.append(str(path.relative_to(ROOT)))
+    assert missing == []
+
+
+def test_the_readme_names_every_package_bottom_layer_first():
+    """The README's Development section: a line per package, by its folder (or file), each
+    after every package the map lets it import."""
+    section = (ROOT / "README.md").read_text().split("## Development", 1)[1]
+    starts = [line.split()[0] for line in section.split("```")[1].splitlines() if line and not line[0].isspace()]
+    position = {}
+    for package in LAYERS:
+        home = _path_of(package)
+        name = str(home.relative_to(ROOT)) + ("/" if home.is_dir() else "")
+        assert name in starts, f"the README's Development section does not name {name}"
+        position[package] = starts.index(name)
+    late = [(p, m) for p, row in LAYERS.items() for m in row["may"] if position[m] > position[p]]
+    assert late == [], "listed before a package it may import: " + str(late)
 
 
 def test_the_contract_and_the_analyzer_import_no_torch():
     for module, path in MODULES.items():
-        if _stage(module) in ("overlapscope.contract", "overlapscope.analyzer"):
+        if package_of(module).split(".")[0] in ("contract", "analyzer"):
             names = {n.split(".")[0] for n in _all_imports(path)}
             assert "torch" not in names, module
-            if _stage(module) == "overlapscope.contract":
+            if package_of(module) == "contract":
                 assert "duckdb" not in names, module
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from overlapscope.cli import main
 from overlapscope.analyzer.errors import InputError
-from overlapscope.analyzer.ingest.load import load
+from overlapscope.analyzer.engine.load import load
 from overlapscope.analyzer.store import database as store
 from builders import GpuTrace, write
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog
 from overlapscope.cli import main
 from overlapscope.analyzer.errors import InputError
@@ -30,8 +31,8 @@ def db(tmp_path, monkeypatch):
 
 
 def test_ingest_stores_a_run_with_metrics(tmp_path, db):
-    con = catalog.open_catalog()
-    run_id = catalog.ingest(con, [bundle(tmp_path / "a")], "nightly", {"commit": "abc"})
+    con = runs.open_catalog()
+    run_id = runs.ingest(con, [bundle(tmp_path / "a")], "nightly", {"commit": "abc"})
     (row,) = catalog.runs(con)
     assert row["run_id"] == run_id and row["name"] == "nightly" and row["ranks"] == 2
     assert row["tags"] == {"commit": "abc"}
@@ -48,12 +49,12 @@ def _data_dir(con, run_id: int) -> str:
 
 
 def test_failed_ingest_leaves_nothing(tmp_path, db):
-    con = catalog.open_catalog()
+    con = runs.open_catalog()
     folder = tmp_path / "bad"
     bundle(folder)
     (folder / "rank-1.json").write_text('{"traceEvents": [')
     with pytest.raises(InputError):
-        catalog.ingest(con, [str(folder)], "broken")
+        runs.ingest(con, [str(folder)], "broken")
     for table in ("runs", "ranks", "steps", "metrics", "findings", "rank_metrics", "step_metrics", "group_metrics"):
         assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
     store = runstore.store_dir(db)
@@ -87,8 +88,8 @@ def test_unknown_run_and_bad_tag(tmp_path, db, capsys):
 
 def test_ingest_reports_each_decoded_file(tmp_path, db):
     seen = []
-    con = catalog.open_catalog()
-    catalog.ingest(con, [bundle(tmp_path / "a")], "progress", on_decoded=lambda done, total: seen.append((done, total)))
+    con = runs.open_catalog()
+    runs.ingest(con, [bundle(tmp_path / "a")], "progress", on_decoded=lambda done, total: seen.append((done, total)))
     assert seen == [(1, 2), (2, 2)]
 
 
@@ -122,8 +123,8 @@ def test_history_shows_the_same_headline_as_analyze(tmp_path, db, capsys):
 
 
 def test_ingest_stores_the_checklist(tmp_path, db):
-    con = catalog.open_catalog()
-    run_id = catalog.ingest(con, [bundle(tmp_path / "a")], "checked")
+    con = runs.open_catalog()
+    run_id = runs.ingest(con, [bundle(tmp_path / "a")], "checked")
     stored = con.execute("SELECT count(*), count(*) FILTER (WHERE status = 'fail') FROM findings WHERE run_id = ?",
                          [run_id]).fetchone()
     head = catalog.runs(con)[0]["headline"]
@@ -136,7 +137,7 @@ def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db, capsys):
     its run to the run store with all of them back, and its analyses answer as a run
     ingested today does."""
     old_catalogs.version_3(db, [([bundle(tmp_path / "a")], "old", {"k": "v"})])
-    con = catalog.open_catalog()  # upgrades to today's schema
+    con = runs.open_catalog()  # upgrades to today's schema
     before = catalog.runs(con)[0]
     con.close()
     old_catalogs.version_3(tmp_path / "v1.duckdb", [([bundle(tmp_path / "a")], "old", {"k": "v"})])
@@ -152,7 +153,11 @@ def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db, capsys):
 
     with pytest.raises(CatalogOutdated):  # a read-only connection cannot upgrade on its own ...
         database.connect(str(tmp_path / "v1.duckdb"), read_only=True)
-    con = catalog.open_catalog(tmp_path / "v1.duckdb", read_only=True)  # ... so open_catalog upgrades first
+    # the store alone cannot either: the upgrade computes analyses that live above it
+    # (analyzer.runs hands them in), and it refuses in one line, leaving the file as it was
+    with pytest.raises(CatalogOutdated, match="schema version 3 or older"):
+        catalog.open_catalog(tmp_path / "v1.duckdb")
+    con = runs.open_catalog(tmp_path / "v1.duckdb", read_only=True)  # ... so open_catalog upgrades first
     after = catalog.runs(con)[0]
     assert {k: v for k, v in after.items() if k != "created_at"} == {k: v for k, v in before.items()
                                                                     if k != "created_at"}
@@ -180,18 +185,18 @@ def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db, capsys):
 def test_a_version_4_catalog_gains_the_idempotency_key(tmp_path, db):
     """A catalog of schema 4 (before pushes carried a key): opening it adds runs.idempotency_key,
     its runs keep theirs empty, and a run committed with a key is found by it, for its pusher only."""
-    con = catalog.open_catalog(db)
-    catalog.ingest(con, [bundle(tmp_path / "a")], "old")
+    con = runs.open_catalog(db)
+    runs.ingest(con, [bundle(tmp_path / "a")], "old")
     con.execute("ALTER TABLE runs DROP COLUMN idempotency_key")
     con.execute("UPDATE catalog_info SET value = '4' WHERE key = 'schema_version'")
     con.close()
-    con = catalog.open_catalog(db, read_only=True)  # upgrades first (briefly read-write)
+    con = runs.open_catalog(db, read_only=True)  # upgrades first (briefly read-write)
     assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "5"
     assert con.execute("SELECT idempotency_key FROM runs").fetchall() == [(None,)]
     con.close()
-    con = catalog.open_catalog(db)
-    prepared = catalog.prepare(db, [bundle(tmp_path / "b")], workers=1)
-    run_id = catalog.commit(con, prepared, "pushed", pushed_by="ci", idempotency_key="key-1")
+    con = runs.open_catalog(db)
+    prepared = runs.prepare(db, [bundle(tmp_path / "b")], workers=1)
+    run_id = runs.commit(con, prepared, "pushed", pushed_by="ci", idempotency_key="key-1")
     assert catalog.run_of_key(con, "key-1", "ci") == run_id == 2
     assert catalog.run_of_key(con, "key-1", "alice") is None and catalog.run_of_key(con, "key-2", "ci") is None
     con.close()

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.errors import CatalogBusy, UsageError
 from overlapscope.analyzer.store import access, catalog
 from overlapscope.dashboard import auth
@@ -44,7 +45,7 @@ def test_ingest_waits_for_a_lock_held_for_seconds(tmp_path):
     from test_api import COMMAND
 
     db = tmp_path / "catalog.duckdb"
-    catalog.open_catalog(db).close()
+    runs.open_catalog(db).close()
     holder = _holder(db)
     ingest = None
     try:
@@ -62,7 +63,7 @@ def test_ingest_waits_for_a_lock_held_for_seconds(tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    con = catalog.open_catalog(db, read_only=True)
+    con = runs.open_catalog(db, read_only=True)
     assert [r["name"] for r in catalog.runs(con)] == ["waited"]
     con.close()
 
@@ -70,7 +71,7 @@ def test_ingest_waits_for_a_lock_held_for_seconds(tmp_path):
 @pytest.mark.slow
 def test_the_wait_is_bounded_and_says_so(tmp_path):
     db = tmp_path / "catalog.duckdb"
-    catalog.open_catalog(db).close()
+    runs.open_catalog(db).close()
     holder = _holder(db)
     try:
         done = _cli("ingest", str(SAMPLES / "ddp"), "--run", "late", "--db", str(db),
@@ -90,11 +91,11 @@ def test_one_writer_thread_stores_concurrent_writes_whole(tmp_path):
     and readers in between see only whole runs."""
     db = tmp_path / "catalog.duckdb"
     shared = access.SharedCatalog(str(db), keep_open_s=5.0)
-    prepared = [catalog.prepare(db, [str(SAMPLES / "ddp")], workers=1) for _ in range(8)]
+    prepared = [runs.prepare(db, [str(SAMPLES / "ddp")], workers=1) for _ in range(8)]
     ids, partial = [], []
 
     def store(i: int) -> None:
-        ids.append(shared.write(lambda con: catalog.commit(con, prepared[i], f"run-{i}")))
+        ids.append(shared.write(lambda con: runs.commit(con, prepared[i], f"run-{i}")))
 
     def read() -> None:
         for _ in range(20):
@@ -167,9 +168,9 @@ def test_a_writer_never_commits_into_the_file_that_prune_replaces(tmp_path):
     copy over it (DuckDB's lock is free then); an ingest that wants the file in that window
     waits, says so, and stores its run in the new file once prune is done: nothing is lost."""
     db = tmp_path / "catalog.duckdb"
-    con = catalog.open_catalog(db)
+    con = runs.open_catalog(db)
     for _ in range(2):
-        catalog.ingest(con, [str(SAMPLES / "ddp")], "old")
+        runs.ingest(con, [str(SAMPLES / "ddp")], "old")
     con.close()
     prune = subprocess.Popen([sys.executable, "-c", PAUSED_PRUNE, str(db)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -197,7 +198,7 @@ def test_a_writer_never_commits_into_the_file_that_prune_replaces(tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    con = catalog.open_catalog(db, read_only=True)
+    con = runs.open_catalog(db, read_only=True)
     stored = {r["run_id"]: (r["name"], r["pruned_at"] is not None) for r in catalog.runs(con)}
     con.close()
     assert stored == {1: ("old", True), 2: ("old", True), 3: ("new", False)}
@@ -244,16 +245,16 @@ def test_tokens_are_read_again_when_the_file_changes(tmp_path):
 def test_results_prepared_beside_the_writer_equal_those_of_one_store(tmp_path):
     """A server maps and analyses a run (each rank in its worker, then the reduce) before the
     writer commits it: the catalog ends up with the rows that the single-store route
-    computes over every event at once (load, then results.compute)."""
+    computes over every event at once (load, then derive.compute)."""
     from overlapscope.analyzer import sql
-    from overlapscope.analyzer.ingest.load import load
-    from overlapscope.analyzer.store import results
+    from overlapscope.analyzer.engine.load import load
+    from overlapscope.analyzer.runs import derive
 
-    con = catalog.open_catalog(tmp_path / "catalog.duckdb")
+    con = runs.open_catalog(tmp_path / "catalog.duckdb")
     paths = [str(SAMPLES / "fsdp_per_block")]
-    run_id = catalog.commit(con, catalog.prepare(tmp_path / "catalog.duckdb", paths, workers=1), "beside")
+    run_id = runs.commit(con, runs.prepare(tmp_path / "catalog.duckdb", paths, workers=1), "beside")
     one = load(paths, detail="full", workers=1)
-    expected = results.compute(one.con, one.run_id)
+    expected = derive.compute(one.con, one.run_id)
     (row,) = catalog.runs(con)
     assert row["headline"] == expected["headline"]
     assert [{k: f[k] for k in ("id", "status", "evidence")} for f in catalog.detail(con, run_id)["findings"]] == \

@@ -204,14 +204,14 @@ def test_history_draws_one_line_per_name_and_marks_the_regression(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     expect = sync_api.expect
     from conftest import SAMPLES
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs
 
     db = tmp_path / "catalog.duckdb"
-    con = catalog.open_catalog(db)
+    con = runs.open_catalog(db)
     for bundle in ("ddp", "ddp", "ddp_straggler"):
-        catalog.ingest(con, [str(SAMPLES / bundle)], "nightly", {"branch": "main"})
+        runs.ingest(con, [str(SAMPLES / bundle)], "nightly", {"branch": "main"})
     for _ in range(2):
-        catalog.ingest(con, [str(SAMPLES / "ddp_tiny_buckets")], "tiny")
+        runs.ingest(con, [str(SAMPLES / "ddp_tiny_buckets")], "tiny")
     con.close()
     ARTIFACTS.mkdir(exist_ok=True)
     proc, url = start_server(db)  # without API tokens: reads only

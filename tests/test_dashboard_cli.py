@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog
 from overlapscope import cli
 from overlapscope.cli import dashboard as cli_dashboard
@@ -96,7 +97,7 @@ def test_it_prepares_the_catalog_and_serves(monkeypatch, tmp_path, dashboard_bun
     from overlapscope.dashboard import samples as loading
 
     assert loading.wait(120), "the samples load in the background while the server serves"
-    con = catalog.open_catalog(db, read_only=True)
+    con = runs.open_catalog(db, read_only=True)
     assert [r["name"] for r in catalog.runs(con)] == ["sample/one"]
     con.close()
 
@@ -201,7 +202,8 @@ def test_a_stopped_first_load_of_the_samples_finishes_on_the_next_start(tmp_path
     """A first start stopped after one of three samples: the next start loads the two missing
     ones (not the stored one again); once the user stores a run of their own, none load."""
     from conftest import SAMPLES
-    from overlapscope.analyzer.store import access, retention
+    from overlapscope.analyzer.store import retention
+    from overlapscope.analyzer import runs
     from overlapscope.dashboard import samples as loading
 
     folder = tmp_path / "samples"
@@ -209,23 +211,23 @@ def test_a_stopped_first_load_of_the_samples_finishes_on_the_next_start(tmp_path
     for bundle in ("ddp", "ddp_straggler", "ddp_tiny_buckets"):
         (folder / bundle).symlink_to(SAMPLES / bundle, target_is_directory=True)
     db = tmp_path / "catalog.duckdb"
-    con = catalog.open_catalog(db)
-    catalog.ingest(con, [str(folder / "ddp")], name="sample/ddp", tags={"sample": "true"})  # then stopped
+    con = runs.open_catalog(db)
+    runs.ingest(con, [str(folder / "ddp")], name="sample/ddp", tags={"sample": "true"})  # then stopped
     con.close()
     try:
         assert loading.start(str(db), folder, quiet=True) is not None
         assert loading.PROGRESS.total == 2
         assert loading.wait(240) and loading.PROGRESS.error is None
     finally:
-        access.shared(db).stop()
-    con = catalog.open_catalog(db)
+        runs.shared(db).stop()
+    con = runs.open_catalog(db)
     assert sorted(r["name"] for r in catalog.runs(con)) == ["sample/ddp", "sample/ddp_straggler",
                                                            "sample/ddp_tiny_buckets"]
     assert catalog.missing_samples(con, folder) == []
     # the user's own run, and a sample deleted: it stays deleted
-    catalog.ingest(con, [str(folder / "ddp")], name="mine")
+    runs.ingest(con, [str(folder / "ddp")], name="mine")
     retention.delete(con, next(r["run_id"] for r in catalog.runs(con, "sample/ddp_straggler")))
     assert catalog.missing_samples(con, folder) == []
     con.close()
     assert loading.start(str(db), folder, quiet=True) is None
-    access.shared(db).stop()
+    runs.shared(db).stop()

@@ -11,7 +11,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from overlapscope.dashboard.text import md
-from overlapscope.analyzer.store import catalog, runstore
+from overlapscope.analyzer import runs
+from overlapscope.analyzer.store import runstore
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 RUN_PAGES = ["views/overview.py", "views/timeline.py", "views/buckets.py", "views/model.py",
@@ -124,7 +125,7 @@ def test_model_page_on_both_runs(monkeypatch, dashboard_db):
     for run_id in (2, 1):
         at.sidebar.selectbox[0].set_value(run_id).run()
         no_errors(at)
-        con = catalog.open_catalog(dashboard_db, read_only=True)
+        con = runs.open_catalog(dashboard_db, read_only=True)
         manifest = con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
         con.close()
         manifest = json.loads(manifest) if manifest else {}
@@ -228,10 +229,10 @@ def nightly_db(tmp_path_factory):
     from conftest import SAMPLES
 
     db = tmp_path_factory.mktemp("history") / "catalog.duckdb"
-    con = catalog.open_catalog(db)
+    con = runs.open_catalog(db)
     for bundle, name in (("ddp", "nightly"), ("fsdp_per_block", "other"), ("ddp", "nightly"),
                          ("ddp_straggler", "nightly")):
-        catalog.ingest(con, [str(SAMPLES / bundle)], name, {"branch": "main" if name == "nightly" else "dev"})
+        runs.ingest(con, [str(SAMPLES / bundle)], name, {"branch": "main" if name == "nightly" else "dev"})
     con.close()
     return db
 
@@ -322,7 +323,7 @@ def test_a_pruned_run_says_so_where_events_are_needed(monkeypatch, tmp_path, nig
     db = tmp_path / "pruned.duckdb"
     shutil.copy(nightly_db, db)
     shutil.copytree(runstore.store_dir(nightly_db), runstore.store_dir(db))  # a catalog is its file and its run store
-    con = catalog.open_catalog(db)
+    con = runs.open_catalog(db)
     findings_before = con.execute("SELECT count(*) FROM findings WHERE run_id = 1").fetchone()[0]
     retention.prune(con, [1])
     con.close()
@@ -401,8 +402,8 @@ def test_overview_names_missing_ranks_and_dropped_events(monkeypatch, tmp_path):
             t.kernel(60, -5, step=1)
         write(t, folder / f"rank-{r}.json")
     db = tmp_path / "catalog.duckdb"
-    con = catalog.open_catalog(db)
-    catalog.ingest(con, [str(folder)], name="gappy")
+    con = runs.open_catalog(db)
+    runs.ingest(con, [str(folder)], name="gappy")
     con.close()
     at = open_app(monkeypatch, db, "views/overview.py")
     no_errors(at)

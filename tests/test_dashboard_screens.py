@@ -43,13 +43,13 @@ def eight_ranks(folder, source=SAMPLES / "ddp"):
 
 @pytest.fixture(scope="module")
 def screens_db(tmp_path_factory):
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs
 
     folder = tmp_path_factory.mktemp("screens")
     db = folder / "catalog.duckdb"
-    con = catalog.open_catalog(db)
-    catalog.ingest(con, [str(SAMPLES / "fsdp_per_block")], name="sample/fsdp_per_block")
-    catalog.ingest(con, [str(eight_ranks(folder / "eight"))], name=EIGHT)
+    con = runs.open_catalog(db)
+    runs.ingest(con, [str(SAMPLES / "fsdp_per_block")], name="sample/fsdp_per_block")
+    runs.ingest(con, [str(eight_ranks(folder / "eight"))], name=EIGHT)
     con.close()
     return db
 

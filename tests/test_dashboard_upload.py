@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from overlapscope.dashboard.text import md, plain
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.dashboard import data, uploads
@@ -33,7 +34,7 @@ def bundle_files(bundle: Path) -> list[tuple[str, bytes]]:
 def stored_runs(db: Path) -> list[dict]:
     if not db.exists():
         return []
-    con = catalog.open_catalog(db, read_only=True)
+    con = runs.open_catalog(db, read_only=True)
     try:
         return catalog.runs(con)
     finally:

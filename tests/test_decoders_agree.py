@@ -254,7 +254,7 @@ def test_optional_strings_intern_by_text_in_first_seen_order():
 
 def test_the_scanner_parses_without_the_gil():
     """feed() releases the GIL while it parses, so a thread runs Python meanwhile (a one-rank
-    run imports the analyzer and opens its store while its file is scanned: ingest/one.py).
+    run imports the analyzer and opens its store while its file is scanned: engine/one.py).
     A thread counting in Python advances during one long feed() call; with the GIL held
     throughout it could run only while keep() is asked (a few times)."""
     import json

@@ -3,7 +3,7 @@
 Two routes to every figure: the engine (each rank decoded and reduced to its tables
 by its own worker, the tables of all ranks reduced together: what the commands
 run) and the single store (every rank's events in one DuckDB store, the same SQL
-over all of them at once: ``ingest.load``). On every sample run and every
+over all of them at once: ``engine.load``). On every sample run and every
 reference trace, the per-rank tables each worker ships equal that rank's rows of
 the single store's tables, and analyze, buckets and diagnose answer the same.
 """
@@ -17,8 +17,8 @@ import pytest
 from conftest import REFERENCE, SAMPLES
 from overlapscope.analyzer import api, sql
 from overlapscope.analyzer.engine import map_run
-from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
-from overlapscope.analyzer.ingest.load import load
+from overlapscope.analyzer.sql.params import RANK_SCRIPTS, script_params
+from overlapscope.analyzer.engine.load import load
 
 BUNDLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and any(p.glob("rank-*")))
 REFERENCES = sorted(str(p) for p in REFERENCE.glob("gpu_*/*.json.gz")) if REFERENCE.is_dir() else []
@@ -198,7 +198,7 @@ print("PROBE", heavy, len(forks), status)
 def test_one_rank_is_scanned_while_the_analyzer_loads(tmp_path):
     """A run of one rank is scanned in the command's own process from the start: nothing
     of NumPy, Arrow or DuckDB is imported when the scan begins (another thread imports
-    them and opens the store meanwhile: ingest/one.py), no worker is forked, and the
+    them and opens the store meanwhile: engine/one.py), no worker is forked, and the
     figures are those of the single store."""
     import json
     import subprocess
@@ -409,7 +409,7 @@ def test_ingests_reduce_spills_inside_its_staging_folder(tmp_path, monkeypatch):
     goes at commit, or with a sweep after a crash), not in the temporary folder (often a
     tmpfs: memory again)."""
     from overlapscope.analyzer import engine
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs
 
     seen = []
     real = engine.ReduceStore.open
@@ -419,7 +419,7 @@ def test_ingests_reduce_spills_inside_its_staging_folder(tmp_path, monkeypatch):
         seen.append(store.con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0])
 
     monkeypatch.setattr(engine.ReduceStore, "open", spy)
-    prepared = catalog.prepare(tmp_path / "c.duckdb", [str(SAMPLES / "hsdp_2x2")])
+    prepared = runs.prepare(tmp_path / "c.duckdb", [str(SAMPLES / "hsdp_2x2")])
     try:
         assert seen and seen[0] == str(prepared.staging.path / ".spill" / "reduce")
         assert (prepared.staging.path / ".spill").is_dir()  # DuckDB creates only the last folder

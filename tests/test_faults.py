@@ -13,6 +13,7 @@ import time
 import pytest
 
 from builders import GpuTrace, write
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog, runstore
 
 pytestmark = pytest.mark.slow
@@ -68,10 +69,10 @@ def _ingest_cmd(db, folder, name):
 def _check_whole_or_nothing(db, name: str) -> int:
     """The catalog opens; a run named ``name`` is there whole (every rank, its headline,
     its findings) or not at all. Returns how many such runs it holds."""
-    con = catalog.open_catalog(db, read_only=True)
+    con = runs.open_catalog(db, read_only=True)
     try:
-        runs = [r for r in catalog.runs(con) if r["name"] == name]
-        for r in runs:
+        named = [r for r in catalog.runs(con) if r["name"] == name]
+        for r in named:
             assert r["ranks"] == RANKS and r["headline"] is not None
             from overlapscope.analyzer.checklist import RULES
 
@@ -79,7 +80,7 @@ def _check_whole_or_nothing(db, name: str) -> int:
             assert stored == len(RULES)
             assert con.execute("SELECT count(DISTINCT rank) FROM steps WHERE run_id = ?",
                                [r["run_id"]]).fetchone()[0] == RANKS
-        return len(runs)
+        return len(named)
     finally:
         con.close()
 
@@ -111,7 +112,7 @@ def test_kill_at_twenty_points_of_an_ingest(tmp_path, eight_ranks):
     assert _check_whole_or_nothing(db, "whole") == 1
     # the next ingest sweeps what the killed ones left in the run store: only committed runs' folders stay
     subprocess.run(_ingest_cmd(db, eight_ranks, "after"), check=True, capture_output=True, timeout=300)
-    con = catalog.open_catalog(db, read_only=True)
+    con = runs.open_catalog(db, read_only=True)
     named = {r[0] for r in con.execute("SELECT data_dir FROM runs").fetchall()}
     con.close()
     assert {p.name for p in runstore.store_dir(db).iterdir()} == named

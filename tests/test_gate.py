@@ -101,11 +101,11 @@ def test_check_errors_exit_2_in_one_line(db, capsys):
 
 
 def test_compare_warns_when_runs_differ_in_world_size_or_parallelism(db):
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs
 
-    con = catalog.open_catalog(db)
-    a = catalog.ingest(con, [str(SAMPLES / "ddp")], "x")
-    b = catalog.ingest(con, [str(SAMPLES / "hsdp_2x2")], "x")
+    con = runs.open_catalog(db)
+    a = runs.ingest(con, [str(SAMPLES / "ddp")], "x")
+    b = runs.ingest(con, [str(SAMPLES / "hsdp_2x2")], "x")
     result = gate.compare(con, b, a)
     assert any("world sizes differ" in w for w in result["warnings"])
     assert any("parallelism differs" in w for w in result["warnings"])

@@ -257,7 +257,7 @@ def test_overlapping_step_windows_stop_the_sweep(tmp_path):
     import duckdb
 
     from overlapscope.analyzer import sql
-    from overlapscope.analyzer.ingest.load import load
+    from overlapscope.analyzer.engine.load import load
 
     t = GpuTrace().step(1, 0, 100).step(2, 100, 100).kernel(0, 150, step=1).kernel(150, 40, step=2)
     loaded = load([write(t, tmp_path / "rank-0.json")], detail="overlap", workers=1)
@@ -276,7 +276,7 @@ def test_compute_inside_transfers_is_the_intersection(tmp_path):
     #   compute s8                    |======|     60 .. 90
     #   comm    s20        |==========|            30 .. 70   -> inside: 30..50 and 60..70
     from overlapscope.analyzer import sql
-    from overlapscope.analyzer.ingest.load import load
+    from overlapscope.analyzer.engine.load import load
 
     t = (GpuTrace().step(1, 0, 100).kernel(0, 50, stream=7, step=1).kernel(60, 30, stream=8, step=1)
          .comm(30, 40, step=1))
@@ -297,7 +297,7 @@ def test_compute_inside_transfers_is_the_intersection(tmp_path):
 
 def test_a_scripts_private_tables_are_gone_once_it_ran(tmp_path):
     from overlapscope.analyzer import sql
-    from overlapscope.analyzer.ingest.load import load
+    from overlapscope.analyzer.engine.load import load
 
     t = GpuTrace().step(1, 0, 100).kernel(0, 50, step=1).comm(30, 40, step=1)
     loaded = load([write(t, tmp_path / "rank-0.json")], detail="attribution", workers=1)

@@ -46,10 +46,11 @@ def test_an_installed_wheel_preloads_the_samples_outside_the_checkout(wheel, tmp
                    check=True, timeout=300)
     code = (
         "import overlapscope.analyzer, sys\n"
+        "from overlapscope.analyzer import runs\n"
         "from overlapscope.analyzer.store import catalog\n"
         "bundles = catalog.sample_bundles()\n"
-        "con = catalog.open_catalog(sys.argv[1])\n"
-        "catalog.ingest(con, [str(bundles[0])], 'sample')\n"
+        "con = runs.open_catalog(sys.argv[1])\n"
+        "runs.ingest(con, [str(bundles[0])], 'sample')\n"
         "print(overlapscope.analyzer.__file__)\n"
         "print(catalog.SAMPLES_DIR)\n"
         "print(len(bundles), catalog.runs(con)[0]['headline']['step_ms'] > 0)\n"

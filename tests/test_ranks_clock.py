@@ -149,7 +149,7 @@ def test_one_rank_has_no_split(tmp_path):
 
 
 def test_the_timeline_draws_ranks_on_one_clock(tmp_path):
-    from overlapscope.analyzer.ingest.load import load
+    from overlapscope.analyzer.engine.load import load
     from overlapscope.analyzer.measure import timeline
 
     traces = [_rank(r, 2, late=1, c_us=400, x_us=120) for r in range(2)]

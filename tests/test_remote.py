@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from overlapscope.analyzer import gate
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog
 from overlapscope.cli import main
 from conftest import SAMPLES
@@ -81,16 +82,16 @@ def real_answers(tmp_path_factory):
     """What a real server answers for a run named ``gate`` (ddp, then the straggler): the
     verdict and the list come from a real catalog, as the API computes them."""
     db = tmp_path_factory.mktemp("remote") / "catalog.duckdb"
-    con = catalog.open_catalog(db)
+    con = runs.open_catalog(db)
     try:
         for bundle in ("ddp", "ddp_straggler"):
-            catalog.ingest(con, [str(SAMPLES / bundle)], "gate")
-        runs = catalog.runs(con, "gate")
-        verdict = gate.check(con, runs[0]["run_id"])
-        pushed = {k: runs[0][k] for k in ("run_id", "name", "tags", "pushed_by", "headline")}
+            runs.ingest(con, [str(SAMPLES / bundle)], "gate")
+        stored = catalog.runs(con, "gate")
+        verdict = gate.check(con, stored[0]["run_id"])
+        pushed = {k: stored[0][k] for k in ("run_id", "name", "tags", "pushed_by", "headline")}
     finally:
         con.close()
-    return json.loads(json.dumps({"runs": runs}, default=str)), json.loads(json.dumps(verdict, default=str)), pushed
+    return json.loads(json.dumps({"runs": stored}, default=str)), json.loads(json.dumps(verdict, default=str)), pushed
 
 
 def _check(url: str, capsys, *extra) -> tuple[int, str, str]:

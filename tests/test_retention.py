@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog, retention, runstore
 from overlapscope.cli import main
 from conftest import SAMPLES
@@ -45,7 +46,7 @@ def test_prune_keeps_what_history_check_and_analyze_read(db, capsys):
     pruned = _json(capsys, ["prune", "--keep-last", "1", "--json"])
     assert pruned["pruned"] == [1, 2]
     assert pruned["bytes_after"] < pruned["bytes_before"]
-    con = catalog.open_catalog(db, read_only=True)
+    con = runs.open_catalog(db, read_only=True)
     counts = _counts(con, 1)
     kept = ("runs", "ranks", "steps", "metrics", "findings", "rank_metrics", "step_metrics", "group_metrics")
     assert all(counts[t] > 0 for t in kept), counts
@@ -75,8 +76,8 @@ def test_prune_keeps_what_history_check_and_analyze_read(db, capsys):
 
 
 def test_which_runs_prune_picks(db):
-    con = catalog.open_catalog(db)
-    ids = [catalog.ingest(con, [str(SAMPLES / "ddp")], name) for name in ("a", "a", "b", "a", "b")]
+    con = runs.open_catalog(db)
+    ids = [runs.ingest(con, [str(SAMPLES / "ddp")], name) for name in ("a", "a", "b", "a", "b")]
     assert ids == [1, 2, 3, 4, 5]
     assert retention.to_prune(con, keep_last=1) == [1, 2, 3]
     assert retention.to_prune(con, keep_last=1, name="b") == [3]
@@ -96,7 +97,7 @@ def test_delete_removes_every_row_of_the_run(db, capsys):
         assert main(["ingest", str(SAMPLES / bundle), "--run", "r"]) == 0
     result = _json(capsys, ["delete", "2", "--json"])
     assert result["deleted"] == 2 and result["bytes_after"] < result["bytes_before"]
-    con = catalog.open_catalog(db, read_only=True)
+    con = runs.open_catalog(db, read_only=True)
     assert set(_counts(con, 2).values()) == {0}
     assert [r["run_id"] for r in catalog.runs(con)] == [1]
     assert [p.name for p in runstore.store_dir(db).iterdir()] == [con.execute("SELECT data_dir FROM runs").fetchone()[0]]
@@ -121,7 +122,7 @@ def test_a_version_2_catalog_gains_the_kept_figures(db, tmp_path):
                      "ALTER TABLE runs DROP COLUMN pushed_by", "ALTER TABLE runs DROP COLUMN pruned_at",
                      "UPDATE catalog_info SET value = '2' WHERE key = 'schema_version'"):
             con.execute(stmt)
-    con = catalog.open_catalog(db, read_only=True)  # upgrades first (briefly read-write)
+    con = runs.open_catalog(db, read_only=True)  # upgrades first (briefly read-write)
     assert catalog.figures(con, run_id) == expected and expected["steps"]
     assert catalog.runs(con)[0]["pushed_by"] is None
     assert con.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()[0] == "5"
@@ -151,9 +152,9 @@ def test_a_version_3_catalog_keeps_its_pruned_runs(db, capsys):
 def test_bytes_per_run_before_and_after_prune(tmp_path, capsys):
     """The README's figures: every sample stored once, then all pruned (printed with -s)."""
     db = tmp_path / "samples.duckdb"
-    con = catalog.open_catalog(db)
+    con = runs.open_catalog(db)
     empty = retention.size_bytes(db)
-    ids = catalog.ensure_samples(con)
+    ids = runs.ensure_samples(con)
     ranks = con.execute("SELECT count(*) FROM ranks").fetchone()[0]
     con.execute("CHECKPOINT")
     full = retention.size_bytes(db)

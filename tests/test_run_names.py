@@ -14,6 +14,7 @@ import json
 import pytest
 
 from builders import GpuTrace, write
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog
 from overlapscope.cli import main
 
@@ -51,7 +52,7 @@ def test_a_bad_run_name_is_one_line_and_nothing_is_stored(bundle, db, capsys, na
     assert main(["ingest", bundle, "--run", name]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and says in err and "Traceback" not in err
-    assert not db.exists() or catalog.runs(catalog.open_catalog(db, read_only=True)) == []
+    assert not db.exists() or catalog.runs(runs.open_catalog(db, read_only=True)) == []
 
 
 @pytest.mark.parametrize("tag", ["=v", "k=a\nb", "k\x1b=v"])

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from overlapscope.analyzer import api
+from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.measure import timeline
-from overlapscope.analyzer.ingest.load import load
+from overlapscope.analyzer.engine.load import load
 from builders import CpuTrace, GpuTrace, write_bundle
 
 US = 1e-3  # ms
@@ -162,7 +163,7 @@ def test_steps_and_missing_step(tmp_path):
 
 
 def test_real_runs_stay_within_the_budget(dashboard_db):
-    con = catalog.open_catalog(dashboard_db, read_only=True)
+    con = runs.open_catalog(dashboard_db, read_only=True)
     for run in catalog.runs(con):
         for step in timeline.steps(con, run["run_id"]):
             tl = timeline.timeline(con, run["run_id"], step["step"], max_marks=300)

@@ -445,12 +445,12 @@ def test_the_stored_replay_is_the_computed_one(tmp_path, sample):
     for the command line (no sweep) and for the page (its default sweep); another sweep is
     computed."""
     from overlapscope.analyzer import api
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import runs
     from overlapscope.analyzer.whatif.changes import default_sweep, sweep as read_sweep
 
-    con = catalog.open_catalog(tmp_path / "catalog.duckdb")
+    con = runs.open_catalog(tmp_path / "catalog.duckdb")
     try:
-        run_id = catalog.ingest(con, [str(SAMPLES / sample)], "stored", workers=2)
+        run_id = runs.ingest(con, [str(SAMPLES / sample)], "stored", workers=2)
         a, info = api.whatif_analysis(con, run_id)
         spec = default_sweep(info.describe().get("parallelism"))
         assert spec.startswith("bucket-mb=" if sample == "ddp" else "tokens=")

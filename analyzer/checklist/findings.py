@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from overlapscope.analyzer.measure.idle import LAUNCH_GAP_US
+from overlapscope.analyzer.sql.params import LAUNCH_GAP_US
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "n/a": 3}
 SEVERITY = {"fail": 3, "warn": 2, "pass": 0, "n/a": 0}

@@ -19,7 +19,7 @@ workers map); ``map_run`` the whole route from paths to a reduced store.
 
 Importing this package imports neither NumPy, Arrow nor DuckDB: the map imports what
 the workers run just before they fork (they inherit it), and a run of one rank is scanned
-while another thread imports the rest (``ingest/one.py``).
+while another thread imports the rest (``engine/one.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from overlapscope.analyzer.engine.rank import (  # noqa: F401 (the engine's name
     ENV_WORKER_MEMORY_MB, RankResult, RankTask, group_tasks, tasks_for, worker_memory_bytes,
 )
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.ingest import one
+from overlapscope.analyzer.engine import one
 from overlapscope.analyzer.ingest.inputs import Inputs, resolve
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 
@@ -143,7 +143,7 @@ def map_run(paths: list[str], detail: str, workers: int | None = None, engine: s
     inputs = resolve(paths, limits)
     if one.applies(inputs, engine):
         # one rank is its own reduce: its store takes the run scripts too; its file is
-        # scanned while the rest loads (ingest/one.py)
+        # scanned while the rest loads (engine/one.py)
         loaded = one.load_one(paths, inputs, detail, limits, on_decoded=on_mapped)
         return Mapped(loaded.con, loaded.run_id, inputs, [])
     with tempfile.TemporaryDirectory(prefix="overlapscope-results-") as results_dir:

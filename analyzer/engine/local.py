@@ -91,7 +91,7 @@ def run(fn, items: list, workers: int | None = None, on_done=None, while_waiting
     ``on_done(done, total)`` is called as each item finishes (a progress bar);
     ``while_waiting`` runs in this process while the workers work (with one worker: the
     items run here, then it). A run of one rank overlaps its store's opening with its
-    decode in threads instead (ingest/one.py).
+    decode in threads instead (engine/one.py).
     """
     total = len(items)
     report = on_done or (lambda done, total: None)

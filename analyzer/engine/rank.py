@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from overlapscope.analyzer.ingest.consistency import claim
 from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource
 from overlapscope.analyzer.engine.local import cpus
-from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
+from overlapscope.analyzer.sql.params import RANK_SCRIPTS, script_params
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest.limits import Limits
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.engine.rank import RankResult
-from overlapscope.analyzer.engine.scripts import script_params
+from overlapscope.analyzer.sql.params import script_params
 from overlapscope.contract.manifest import Manifest
 
 RUN_ID = 1  # the run's id in a reduce's store

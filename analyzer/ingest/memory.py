@@ -1,5 +1,5 @@
 """Freed memory given back to the system once a trace's scan is gone, before its store fills
-(``decode.decode_source`` after its own scan; ``ingest/one.py`` after the scan it was handed).
+(``decode.decode_source`` after its own scan; ``engine/one.py`` after the scan it was handed).
 
 The scanner's buffers and the decode's columns come from the C library's allocator;
 DuckDB's store and Arrow's columns from allocators of their own, which cannot reuse what

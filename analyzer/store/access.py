@@ -34,9 +34,10 @@ WRITE_WAIT_S = 120.0  # a queued write waits longer: a push should not fail over
 class SharedCatalog:
     """The catalog at ``path`` as this process shares it (see the module's docstring)."""
 
-    def __init__(self, path: str, keep_open_s: float = 0.0):
+    def __init__(self, path: str, keep_open_s: float = 0.0, derive=None):
         self.path = path
         self.keep_open_s = keep_open_s
+        self.derive = derive  # what an upgrade of an old catalog computes (catalog.open_catalog)
         self._cond = threading.Condition()
         self._con = None
         self._leases = 0
@@ -53,7 +54,7 @@ class SharedCatalog:
 
         with self._cond:
             if self._con is None:
-                self._con = catalog.open_catalog(self.path, wait_s=wait_s)
+                self._con = catalog.open_catalog(self.path, wait_s=wait_s, derive=self.derive)
             self._leases += 1
             return self._con.cursor()
 
@@ -174,8 +175,9 @@ _SHARED: dict[str, SharedCatalog] = {}
 _GUARD = threading.Lock()
 
 
-def shared(path: str | Path, keep_open_s: float | None = None) -> SharedCatalog:
-    """This process's ``SharedCatalog`` of ``path`` (one per file); ``keep_open_s`` updates it."""
+def shared(path: str | Path, keep_open_s: float | None = None, derive=None) -> SharedCatalog:
+    """This process's ``SharedCatalog`` of ``path`` (one per file); ``keep_open_s`` and
+    ``derive`` update it."""
     key = str(Path(path).expanduser().resolve())
     with _GUARD:
         found = _SHARED.get(key)
@@ -183,4 +185,6 @@ def shared(path: str | Path, keep_open_s: float | None = None) -> SharedCatalog:
             found = _SHARED[key] = SharedCatalog(key)
         if keep_open_s is not None:
             found.keep_open_s = keep_open_s
+        if derive is not None:
+            found.derive = derive
         return found

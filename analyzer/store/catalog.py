@@ -12,14 +12,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from overlapscope.analyzer import sql
 
 from overlapscope.analyzer.errors import CatalogBusy, CatalogWriteError, RunNotFound, UsageError
-from overlapscope.analyzer.store import runstore
 
 # store (and with it duckdb) is imported inside the functions: a command that
 # decodes traces forks its workers before duckdb starts any thread.
@@ -44,19 +42,21 @@ def resolve_path(path: str | os.PathLike | None) -> Path:
 
 
 def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 0.0,
-                 on_wait=None):
+                 on_wait=None, derive=None):
     """Open (creating it if needed) the catalog file and return a DuckDB connection.
 
     A catalog written by an older overlapscope is upgraded first (briefly read-write).
     DuckDB lets one process write a file (or several read it): when another process
     holds it, try again for up to ``wait_s`` seconds, calling ``on_wait(message)``
-    once, then raise ``CatalogBusy``.
+    once, then raise ``CatalogBusy``. ``derive``: what an upgrade of a catalog of
+    schema version 3 or older computes for each run (the commands open catalogs
+    through ``runs.open_catalog``, which hands it in).
     """
     deadline = time.monotonic() + wait_s
     told = False
     while True:
         try:
-            return _open(path, read_only)
+            return _open(path, read_only, derive)
         except CatalogBusy as err:
             if time.monotonic() >= deadline:
                 if wait_s > 0:
@@ -68,7 +68,7 @@ def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False,
             time.sleep(RETRY_S)
 
 
-def _open(path, read_only: bool):
+def _open(path, read_only: bool, derive=None):
     import duckdb
 
     from overlapscope.analyzer.store import database, swaplock
@@ -84,10 +84,10 @@ def _open(path, read_only: bool):
             if read_only:
                 return database.connect(str(path), read_only=True)
             with swaplock.held(path):  # never open a file that prune or delete is replacing
-                return database.connect(str(path))
+                return database.connect(str(path), derive=derive)
         except CatalogOutdated:
             with swaplock.held(path):
-                database.connect(str(path)).close()  # upgrades in one transaction
+                database.connect(str(path), derive=derive).close()  # upgrades in one transaction
             return database.connect(str(path), read_only=True)
     except duckdb.IOException as err:
         first = str(err).splitlines()[0]
@@ -95,132 +95,6 @@ def _open(path, read_only: bool):
             raise CatalogBusy(f"{path}: the catalog is in use by another process ({first})") from None
         # the disk itself (read-only, missing permission): waiting would not help
         raise CatalogWriteError(f"{path}: cannot open the catalog: {first}") from None
-
-
-@dataclass
-class Prepared:
-    """A run mapped into a staging folder of the run store and analysed, not committed yet:
-    what ``commit`` stores (the slow part, done before and beside the catalog's writer)."""
-
-    staging: runstore.Staging
-    results: list  # engine.rank.RankResult per rank: facts and steps (the ranks' tables are on disk)
-    inputs: object  # ingest.inputs.Inputs: the manifest
-    source: str  # the input paths, space separated
-    computed: dict  # results.compute: headline, findings, figures, clock offsets
-
-    def discard(self) -> None:
-        self.staging.discard()
-
-
-def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decoded=None, limits=None,
-            engine: str = "local", ray_address: str | None = None) -> Prepared:
-    """Map the traces at ``paths`` into a staging folder of the catalog's run store (every
-    rank's Parquet files, written by the workers) and analyse them (the reduce and what
-    ingest stores: ``results.compute``, the analyses as documents). Nothing touches the
-    catalog; on any error the staging folder goes. ``on_decoded(done, total)`` reports
-    each rank as it is mapped."""
-    from overlapscope.analyzer import engine as engines
-    from overlapscope.analyzer.ingest.inputs import resolve
-    from overlapscope.analyzer.ingest.limits import from_env
-    from overlapscope.analyzer.store import results as stored
-
-    limits = limits or from_env()
-    inputs = resolve(paths, limits)
-    try:
-        staging = runstore.stage(catalog_path)
-    except OSError as err:  # the disk, not the input: read-only, full, no permission
-        raise _write_error(catalog_path, err) from None
-    try:
-        source = " ".join(paths)
-        con, run_id, ranks = engines.map_and_reduce(inputs, "full", workers, engine, ray_address, limits,
-                                                    on_decoded, out_dir=str(staging.path), source=source)
-        for r in ranks:  # the steps go to the catalog; the rest of each rank's tables are in the store and on disk
-            r.tables, r.tables_in = {"steps": r.table("steps")}, None
-        try:
-            computed = stored.compute(con, run_id)
-        finally:
-            con.close()
-        for name, document in computed.pop("documents").items():
-            runstore.write_document(staging.path, name, document, tokens=computed["tokens"])
-    except OSError as err:  # writing the ranks' files: the disk is full
-        staging.discard()
-        raise _write_error(catalog_path, err) from None
-    except BaseException:
-        staging.discard()
-        raise
-    return Prepared(staging, ranks, inputs, source, computed)
-
-
-def _write_error(catalog_path, err: OSError) -> CatalogWriteError:
-    why = err.strerror or str(err).splitlines()[0]
-    return CatalogWriteError(f"{catalog_path}: cannot store the run, nothing was stored: {why}")
-
-
-def commit(con, prepared: Prepared, name: str, tags: dict | None = None, pushed_by: str | None = None,
-           idempotency_key: str | None = None) -> int:
-    """Store a prepared run as ``name`` in one short transaction: its folder moves into the
-    run store, its rows (run, ranks, steps, headline, findings, figures) into the catalog.
-    A failure leaves neither; a crash between the two leaves an unnamed folder that the
-    next writer sweeps. ``idempotency_key``: the push's key, recorded with the run
-    (``run_of_key``). Returns the run id."""
-    import duckdb
-
-    from overlapscope.analyzer.store import database, results as stored
-
-    name, tags = check_run_name(name), check_tags(tags)
-    path = database.path_of(con)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        folders = sql.rows(con, "catalog.data_dirs")
-        runstore.sweep(path, {f["data_dir"] for f in folders}, {f["data_dir"] for f in folders if f["pruned"]})
-        run_id = database.next_run_id(con)
-        data_dir = prepared.staging.publish()
-    except BaseException:
-        database.rollback(con)
-        raise
-    try:
-        database.insert_run_rows(con, run_id, prepared.results, name, prepared.source, prepared.inputs.manifest,
-                                 prepared.inputs.manifest_text, tags, pushed_by, data_dir=data_dir,
-                                 clock_offsets_ns=prepared.computed["clock_offsets_ns"],
-                                 idempotency_key=idempotency_key)
-        for r in prepared.results:
-            database.insert_arrow(con, "steps", run_id, r.tables["steps"])
-        stored.save(con, run_id, prepared.computed)
-        con.execute("COMMIT")
-    except BaseException as err:
-        database.rollback(con)
-        prepared.staging.unpublish()
-        if isinstance(err, duckdb.Error):  # the disk, not the input: a full or read-only file system
-            raise CatalogWriteError(f"{path}: cannot store the run, nothing was stored: "
-                                    f"{str(err).splitlines()[0]}") from None
-        raise
-    return run_id
-
-
-def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: int | None = None,
-           on_decoded=None, open_con=None, limits=None, engine: str = "local", ray_address: str | None = None,
-           path=None) -> int:
-    """Store the traces at ``paths`` as run ``name`` with its headline and findings; return its run id.
-
-    The ranks are mapped into the run store first (``prepare``, in parallel, before any
-    catalog connection opens: workers are forked only while none is open), then
-    committed in one short transaction (``commit``): a failure leaves nothing behind.
-    Pass ``con``, or ``con=None`` with ``open_con`` (a function returning the catalog's
-    connection, called once the ranks are mapped) and ``path`` (the catalog's file).
-    ``on_decoded(done, total)`` reports each mapped rank (from the calling thread).
-    """
-    name, tags = check_run_name(name), check_tags(tags)
-    if path is None and con is not None:
-        from overlapscope.analyzer.store.database import path_of  # imports DuckDB: only with a connection
-
-        path = path_of(con)
-    catalog_path = path or default_path()
-    prepared = prepare(catalog_path, paths, workers, on_decoded, limits, engine, ray_address)
-    try:
-        return commit(con if con is not None else open_con(), prepared, name, tags)
-    except BaseException:
-        prepared.discard()  # not committed (commit took back a folder it had published)
-        raise
 
 
 def run_of_key(con, idempotency_key: str, pushed_by: str | None) -> int | None:
@@ -343,10 +217,3 @@ def missing_samples(con, samples_dir: Path = SAMPLES_DIR) -> list[Path]:
     if others:
         return []
     return [b for b in sample_bundles(samples_dir) if sample_name(b) not in set(stored)]
-
-
-def ensure_samples(con, samples_dir: Path = SAMPLES_DIR) -> list[int]:
-    """Load the sample runs a catalog of samples only lacks (all of them into an empty one):
-    a new user sees a real analysis."""
-    return [ingest(con, [str(bundle)], name=sample_name(bundle), tags={"sample": "true"})
-            for bundle in missing_samples(con, samples_dir)]

@@ -24,13 +24,15 @@ connections_opened = 0  # how many connections this process opened (fork_is_safe
 
 
 def connect(path: str = ":memory:", read_only: bool = False, threads: int | None = None,
-            memory_limit_bytes: int | None = None, spill_dir: str | None = None) -> duckdb.DuckDBPyConnection:
+            memory_limit_bytes: int | None = None, spill_dir: str | None = None,
+            derive=None) -> duckdb.DuckDBPyConnection:
     """Open (or create) a store with its schema and macros; an older catalog is brought up to date.
 
     ``:memory:`` is a one-shot store (an analysis of paths, one rank's worker): it also
     holds the raw per-rank tables (``raw.sql``). ``threads``, ``memory_limit_bytes`` and
     ``spill_dir`` bound its DuckDB (a worker per rank: one thread, a budget, spilling
-    beyond it).
+    beyond it). ``derive``: what an upgrade of a catalog of schema version 3 or older
+    computes for each run (``migrate.upgrade``).
     """
     from overlapscope.analyzer.store import migrate
 
@@ -55,7 +57,7 @@ def connect(path: str = ":memory:", read_only: bool = False, threads: int | None
         return con
     found = migrate.version(con)  # before the schema adds what a newer version has
     sql.setup(con, "schema", "intervals")
-    migrate.upgrade(con, found)  # after the macros: an upgrade recomputes headlines
+    migrate.upgrade(con, found, derive)  # after the macros: an upgrade recomputes headlines
     return con
 
 

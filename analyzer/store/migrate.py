@@ -22,6 +22,9 @@ import json
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
+from overlapscope.analyzer.ingest import classify
+from overlapscope.analyzer.sql.params import RANK_SCRIPTS, script_params
+from overlapscope.contract.collectives import collective_kind
 
 SCHEMA_VERSION = 5
 RAW_TABLES = ("tracks", "events", "collectives", "flows", "memory", "annotation_roles")  # raw.sql
@@ -66,9 +69,14 @@ def check_readable(con, path) -> None:
                               "writing (overlapscope ingest, or the dashboard) to upgrade it")
 
 
-def upgrade(con, found: int | None) -> None:
+def upgrade(con, found: int | None, derive=None) -> None:
     """Upgrade from version ``found`` (``version()`` before the schema ran) in one
-    transaction; a new catalog (None) only gets its version."""
+    transaction; a new catalog (None) only gets its version.
+
+    ``derive(con, run_id)``: what ingest derives from a run (``runs.derive.compute``).
+    Versions 1 to 3 held every run's events in the catalog, and their upgrade computes
+    each run's analyses by today's definitions; those live above the store, so the
+    layer that opens a catalog hands them in (``runs.open_catalog``)."""
     if found is not None and found > SCHEMA_VERSION:
         raise UsageError(f"catalog schema version {found} is newer than this overlapscope "
                          f"({SCHEMA_VERSION}); upgrade overlapscope")
@@ -85,7 +93,7 @@ def upgrade(con, found: int | None) -> None:
         if found in (1, 2, 3, 4) and "text_replaced" not in _columns(con, "ranks"):
             _run(con, "add_ranks_text_replaced")  # before the run store's analyses read the ranks
         if found in (1, 2, 3):
-            _to_run_store(con)
+            _to_run_store(con, derive)
         if "idempotency_key" not in _columns(con, "runs"):  # versions 1 to 4
             _run(con, "add_runs_idempotency_key")
         _run(con, "set_version", version=str(SCHEMA_VERSION))
@@ -101,9 +109,6 @@ def upgrade(con, found: int | None) -> None:
 
 
 def _from_1(con) -> None:
-    from overlapscope.analyzer.ingest import classify
-    from overlapscope.contract.collectives import collective_kind
-
     if "parallelism" not in _columns(con, "runs"):
         _run(con, "add_runs_parallelism")
         _run(con, "fill_runs_parallelism")
@@ -149,13 +154,12 @@ class _Stored:
         self.rank = meta["rank"]
 
 
-def _to_run_store(con) -> None:
+def _to_run_store(con, derive) -> None:
     """Every run that still has its events in the catalog moves to the run store: its raw
     rows per rank as Parquet, its rank scripts run here (over its events, as the map runs
     them on each rank) with their results written per rank, its headline, findings,
     figures and analyses computed by today's definitions; then the catalog's event tables
     go. Runs pruned before keep what they kept (their figures and findings)."""
-    from overlapscope.analyzer.engine.scripts import RANK_SCRIPTS, script_params
     from overlapscope.analyzer.store import results, runstore
 
     if "data_dir" not in _columns(con, "runs"):
@@ -163,6 +167,10 @@ def _to_run_store(con) -> None:
     raw = [t for t in RAW_TABLES if t in _tables(con)]
     if "events" not in raw:
         return
+    if derive is None:
+        raise CatalogOutdated(f"{runstore.path_of(con)}: this catalog holds its runs' events (schema version 3 "
+                              "or older); open it once with overlapscope (ingest, history or the dashboard) to "
+                              "upgrade it")
     path = runstore.path_of(con)
     scripts = RANK_SCRIPTS["full"]
     for (run_id,) in sql.tuples(con, "migrate.runs_with_events"):
@@ -184,7 +192,7 @@ def _to_run_store(con) -> None:
                                                     params={"table": table, "rank": rank}).to_arrow_table()
                 counts = {"events": r.pop("events"), "dropped": json.loads(r.pop("dropped_events") or "{}")}
                 runstore.write_results(staging.path, _Stored(r, counts, tables, scripts))
-            computed = results.compute(con, run_id)
+            computed = derive(con, run_id)
             for name, document in computed.pop("documents").items():
                 runstore.write_document(staging.path, name, document, tokens=computed["tokens"])
             results.save(con, run_id, computed)

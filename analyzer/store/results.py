@@ -1,9 +1,10 @@
-"""What the catalog derives once, at ingest, and stores with a run: its headline
-(``runs.headline`` and the ``metrics`` rows), the checklist's findings, and the
-figures per rank, step and bucket or unit (``rank_metrics``, ``step_metrics``,
-``group_metrics``), which outlive the raw events when a run is pruned.
+"""A run's derived results as the catalog stores them: its headline (``runs.headline``
+and the ``metrics`` rows), the checklist's findings, and the figures per rank, step and
+bucket or unit (``rank_metrics``, ``step_metrics``, ``group_metrics``), which outlive the
+raw events when a run is pruned.
 
-Written inside the ingest's transaction (``store.database.insert_run``'s ``after``),
+What they are is computed above the store (``runs/derive.py``: the measurement, the
+model, the checklist); this module only writes them, inside the ingest's transaction
 and again for every stored run when an older catalog is upgraded.
 """
 
@@ -13,10 +14,7 @@ import json
 
 import pyarrow as pa
 
-from overlapscope.analyzer import checklist, sql
-from overlapscope.analyzer.headline import failed, headline
-from overlapscope.analyzer.predict import buckets
-
+from overlapscope.analyzer import sql
 # The headline's numbers, as rows of the metrics table (for CI gates and SQL).
 METRICS = ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "exposed_pct",
            "slowest_rank")
@@ -31,52 +29,8 @@ GROUP_COLUMNS = ("kind", "id", "phase", "count", "bytes", "comm_ms", "exposed_ms
 _FIGURES = (("rank_metrics", RANK_COLUMNS), ("step_metrics", STEP_COLUMNS), ("group_metrics", GROUP_COLUMNS))
 
 
-def compute(con, run_id: int) -> dict:
-    """A run's headline, findings and figures (what ``save`` stores), its ranks' clock
-    offsets, and its analyses as documents (``buckets``: the buckets result; ``diagnose``:
-    the checklist's), from a store that holds the run (the reduce's, for ingest).
-
-    Computed outside the catalog's single writer (a server, ``catalog.prepare``); the
-    writer only saves them.
-    """
-    from overlapscope.analyzer.measure import waits
-
-    a = buckets.analysis(con, run_id)
-    diagnosed = checklist.diagnose(con, a)
-    findings = diagnosed["findings"]
-    summarized = buckets.summary(a.collectives)
-    groups = [{**g, "id": None if g["id"] is None else str(g["id"])} for g in summarized]
-    head = headline(a.overlap, failed(findings))
-    return {"headline": head, "findings": findings,
-            "figures": {"rank_metrics": a.overlap["ranks"], "step_metrics": a.overlap["steps"],
-                        "group_metrics": groups},
-            "clock_offsets_ns": waits.clock_offsets_ns(con, run_id),
-            "documents": {"buckets": buckets.report(a, streamed=True, summarized=summarized),
-                          "diagnose": {"headline": head, **diagnosed},
-                          **_whatif(a)},
-            "tokens": a.tokens}
-
-
-def _whatif(a) -> dict:
-    """The run replayed as measured with its first sweep (``whatif --json --sweep``, without
-    ``run``): what the Model page shows first, so that its first visit reads it instead of
-    reducing the ranks again (4.5 s at 64 ranks). None stored for a run the what-if refuses."""
-    from overlapscope.analyzer import whatif
-    from overlapscope.analyzer.errors import InputError, UsageError
-    from overlapscope.analyzer.whatif import changes
-
-    try:
-        prepared = whatif.prepare(a)
-        result = whatif.predict(a, changes.Changes(), prepared)
-        spec = changes.default_sweep(a.info.describe().get("parallelism"))
-        result["sweep"] = whatif.sweep(a, *changes.sweep(spec, changes.Changes()), prepared=prepared)
-    except (InputError, UsageError):
-        return {}
-    return {"whatif": result}
-
-
 def save(con, run_id: int, computed: dict) -> dict:
-    """Store what ``compute`` derived as run ``run_id``'s; return the headline."""
+    """Store what ``derive.compute`` derived as run ``run_id``'s; return the headline."""
     head, findings = computed["headline"], computed["findings"]
     con.execute(sql.query("catalog.set_headline"), {"run_id": run_id, "headline": json.dumps(head)})
     con.execute(sql.query("catalog.delete_metrics"), {"run_id": run_id})
@@ -88,11 +42,6 @@ def save(con, run_id: int, computed: dict) -> dict:
                                                              "evidence", "fix")}} for f in findings])
     _write_figures(con, run_id, computed["figures"])
     return head
-
-
-def write(con, run_id: int) -> dict:
-    """Compute and store a run's headline, findings and figures; return the headline."""
-    return save(con, run_id, compute(con, run_id))
 
 
 def _write_figures(con, run_id: int, rows_of: dict[str, list[dict]]) -> None:

@@ -33,7 +33,8 @@ def load_one(paths: list[str], inputs: Inputs, detail: str, limits: Limits, on_d
     opened: dict = {}
 
     def prepare(imported) -> None:  # in another thread, while this one scans
-        from overlapscope.analyzer.ingest import decode, load  # noqa: F401 (NumPy, Arrow, msgspec)
+        from overlapscope.analyzer.engine import load  # noqa: F401
+        from overlapscope.analyzer.ingest import decode  # noqa: F401 (NumPy, Arrow, msgspec)
         from overlapscope.analyzer.store import database  # DuckDB
 
         imported()  # the columns can be built: the store opens beside them
@@ -46,7 +47,8 @@ def load_one(paths: list[str], inputs: Inputs, detail: str, limits: Limits, on_d
 
     try:
         data, _ = scan.scan_beside(source.path, source.member, source.display, detail, limits, prepare, columns)
-        from overlapscope.analyzer.ingest import load, memory
+        from overlapscope.analyzer.engine import load
+        from overlapscope.analyzer.ingest import memory
         from overlapscope.analyzer.ingest.consistency import check_ranks
         from overlapscope.analyzer.store import database
 
