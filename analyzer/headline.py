@@ -15,6 +15,8 @@ from __future__ import annotations
 import statistics
 
 from overlapscope.analyzer.units import pct
+from overlapscope.contract import figures as contract_figures
+from overlapscope.contract.figures import Headline, SlowestStep
 
 AGGREGATION = "median over the steps of the slowest rank"
 AGGREGATION_NO_STEPS = "whole trace of the most exposed rank (no ProfilerStep windows)"
@@ -43,8 +45,7 @@ def slowest(steps: list[dict], figures: tuple[str, ...] = FIGURES) -> tuple[int 
 
 def overlap_pct(figures: dict) -> float | None:
     """Overlap % of one rank's figures, from its medians of comm and exposed comm."""
-    comm, exposed = figures.get("comm_ms"), figures.get("exposed_comm_ms")
-    return pct(comm - exposed, comm) if comm and exposed is not None else None
+    return contract_figures.overlap_pct(figures.get("comm_ms"), figures.get("exposed_comm_ms"))
 
 
 def headline(result: dict, failed_findings: list[str] | None = None) -> dict:
@@ -68,18 +69,18 @@ def headline(result: dict, failed_findings: list[str] | None = None) -> dict:
         slowest_rank, aggregation, figures = None, AGGREGATION_NO_STEPS, dict.fromkeys(FIGURES)
     exposed, step = figures["exposed_comm_ms"], figures["step_ms"]
     worst = max(steps, key=lambda s: (s["step_ms"] or 0, s["exposed_comm_ms"] or 0), default=None)
-    return {
-        "aggregation": aggregation,
-        "ranks": len(ranks),
-        "steps": max((len(v) for v in by_rank.values()), default=0),
-        "slowest_rank": slowest_rank,
+    return Headline(
+        aggregation=aggregation,
+        ranks=len(ranks),
+        steps=max((len(v) for v in by_rank.values()), default=0),
+        slowest_rank=slowest_rank,
         **figures,
-        "overlap_pct": overlap_pct(figures),
-        "exposed_pct": pct(exposed, step) if step and exposed is not None else None,
-        "slowest_step": None if worst is None else {k: worst[k] for k in ("rank", "step", "step_ms",
-                                                                           "exposed_comm_ms")},
-        "failed_findings": failed_findings,
-    }
+        overlap_pct=overlap_pct(figures),
+        exposed_pct=pct(exposed, step) if step and exposed is not None else None,
+        slowest_step=None if worst is None else SlowestStep(**{k: worst[k] for k in ("rank", "step", "step_ms",
+                                                                                       "exposed_comm_ms")}),
+        failed_findings=failed_findings,
+    ).as_json()
 
 
 def failed(findings: list[dict]) -> list[str]:

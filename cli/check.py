@@ -47,7 +47,8 @@ def _local(args) -> dict:
 
 
 def _remote(args) -> dict:
-    from overlapscope.cli.remote import RunList, Server, Verdict
+    from overlapscope.cli.remote import Server
+    from overlapscope.contract.api import CHECK, RUNS, RunList, Verdict
 
     server = Server(args.server)
     ref = run_ref(args)
@@ -56,11 +57,11 @@ def _remote(args) -> dict:
     if isinstance(ref, int):
         run_id = ref
     else:  # as a local --run: the newest run of the name, else digits are an id
-        runs = server.get("/runs", [("name", ref)], RunList)["runs"]
+        runs = server.get(RUNS, [("name", ref)], RunList)["runs"]
         if not runs and not ref.isdigit():
             raise UsageError(f"{server.url}: no run {ref!r}")
         run_id = runs[0]["run_id"] if runs else int(ref)
-    verdict = server.get(f"/runs/{run_id}/check", [("baseline", str(args.baseline)), ("metric", args.metric),
+    verdict = server.get(CHECK.format(run_id=run_id), [("baseline", str(args.baseline)), ("metric", args.metric),
                                                     ("max_regression_pct", repr(args.max_regression_pct))], Verdict)
     if verdict["metric"] != args.metric:  # a server that ignored the question answered another one
         raise UsageError(f"{server.url}: asked for {args.metric}, the server answered for {verdict['metric']}")

@@ -1,8 +1,8 @@
 """``overlapscope dashboard``: serve the dashboard and its HTTP API on the catalog.
 
-The pages and the API run in this process (``dashboard/server.py``): stopping
+The pages and the API run in this process (``server/asgi.py``): stopping
 it (Ctrl+C, SIGTERM) stops everything it started. The catalog path and limits
-reach the pages through environment variables (``dashboard/settings.py``).
+reach the pages through environment variables (``server/settings.py``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def add_parser(sub) -> None:
 
 
 def server_environment(args, environ=None) -> dict:
-    """The environment the pages read their settings from (``dashboard/settings.py``)."""
-    from overlapscope.dashboard.settings import ENV_API_TOKENS, ENV_DB, ENV_MAX_UPLOAD_MB, ENV_NO_SAMPLES
+    """The environment the pages read their settings from (``server/settings.py``)."""
+    from overlapscope.server.settings import ENV_API_TOKENS, ENV_DB, ENV_MAX_UPLOAD_MB, ENV_NO_SAMPLES
 
     env = dict(os.environ if environ is None else environ)
     db = Path(args.db).expanduser() if args.db else catalog.default_path()
@@ -60,8 +60,8 @@ def server_environment(args, environ=None) -> dict:
 
 def settings(env: dict):
     """The dashboard's settings as the pages will read them from ``env``; a bad one fails in one line."""
-    from overlapscope.dashboard import auth
-    from overlapscope.dashboard.settings import from_env
+    from overlapscope.server import auth
+    from overlapscope.server.settings import from_env
 
     try:
         chosen = from_env(env)
@@ -92,7 +92,8 @@ def _prepare(chosen) -> None:
 
 
 def run_dashboard(args) -> int:
-    from overlapscope.dashboard import server
+    from overlapscope.contract.api import PREFIX
+    from overlapscope.server import asgi as server
 
     env = server_environment(args)
     chosen = settings(env)
@@ -103,7 +104,7 @@ def run_dashboard(args) -> int:
     url = f"http://{f'[{address}]' if ':' in address else address}:{args.port}"
     writes = ("pushes need a token from " + str(chosen.api_tokens)) if chosen.api_tokens else \
         "no API tokens: the API refuses writes"
-    print(f"overlapscope dashboard on {url} (catalog {chosen.db}); API at {url}/api/v1, {writes}; "
+    print(f"overlapscope dashboard on {url} (catalog {chosen.db}); API at {url}{PREFIX}, {writes}; "
           "Ctrl+C stops it", file=sys.stderr, flush=True)
     if not chosen.api_tokens and not server.is_loopback(address):
         print(f"overlapscope: warning: listening on {address} without API tokens: anyone who reaches it can read "

@@ -133,11 +133,12 @@ def upload(server, path: Path, params: list, on_progress) -> tuple[int, dict]:
     """POST the run, again (same key) after a 503 or a connection lost before the answer; the
     last (status, answer)."""
     from overlapscope.cli.remote import Unreachable
+    from overlapscope.contract.api import IDEMPOTENCY_HEADER, RUNS
 
-    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    headers = {IDEMPOTENCY_HEADER: str(uuid.uuid4())}
     for wait_s in (*RETRY_WAITS_S, None):
         try:
-            status, answer = server.post_file("/runs", str(path), params, on_progress, headers)
+            status, answer = server.post_file(RUNS, str(path), params, on_progress, headers)
             if status != 503 or wait_s is None:
                 return status, answer
             why = server.refusal(status, answer)
@@ -155,10 +156,11 @@ def run_push(args) -> int:
     from overlapscope.analyzer.store import catalog
 
     name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # the server checks again
-    from overlapscope.cli.remote import Health, Pushed, Server  # http.client: only a push needs it
+    from overlapscope.cli.remote import Server  # http.client: only a push needs it
+    from overlapscope.contract.api import HEALTH, PREFIX, RUNS, Health, Pushed
 
     server = Server(args.url, read_token(args.token_file))
-    health = server.get("/health", shape=Health)
+    health = server.get(HEALTH, shape=Health)
     if not health.get("writes"):
         raise UsageError(f"{server.url}: this server accepts no pushes (it was started without --api-tokens)")
     with tempfile.TemporaryDirectory(prefix="overlapscope-push-") as tmp:
@@ -171,6 +173,6 @@ def run_push(args) -> int:
         status, answer = upload(server, path, params, progress(args.json))
     if status not in (200, 201):  # 200: an earlier attempt stored it
         raise UsageError(server.refusal(status, answer))
-    server.checked(answer, Pushed, "POST /api/v1/runs")
+    server.checked(answer, Pushed, f"POST {PREFIX}{RUNS}")
     return emit(answer, args.json, lambda r: print(
         f"stored run {r['run_id']} ({r['name']}) on {server.url}: {describe(r['headline'])}"))

@@ -2,7 +2,7 @@
 
 Standard library and msgspec only. A request body is streamed from a file in
 blocks (with a progress callback), never read whole into memory. Every answer is
-checked against the shape the command reads (the structs below) before it is
+checked against the shape the command reads (contract/api.py's structs) before it is
 used. Every failure is a ``UsageError`` of one line naming the server (a
 server that cannot be reached: ``Unreachable``); no token ever appears in one.
 """
@@ -19,8 +19,7 @@ from urllib.parse import urlencode, urlsplit
 import msgspec
 
 from overlapscope.analyzer.errors import UsageError
-
-API = "/api/v1"
+from overlapscope.contract.api import PREFIX
 TIMEOUT_S = 600.0  # a large run takes a while to decode and store after its upload
 BLOCK_BYTES = 1 << 20
 
@@ -50,7 +49,7 @@ class Server:
 
     def _path(self, route: str, params: list[tuple[str, str]] | None) -> str:
         query = f"?{urlencode(params)}" if params else ""
-        return f"{self._parts.path}{API}{route}{query}"
+        return f"{self._parts.path}{PREFIX}{route}{query}"
 
     def _headers(self, extra: dict | None = None) -> dict:
         headers = {"Accept": "application/json", "User-Agent": "overlapscope"}
@@ -88,7 +87,7 @@ class Server:
         status, value = self._send("GET", route, params)
         if status != 200:
             raise UsageError(self.refusal(status, value))
-        return self.checked(value, shape, f"GET {API}{route}") if shape is not None else value
+        return self.checked(value, shape, f"GET {PREFIX}{route}") if shape is not None else value
 
     def post_file(self, route: str, path: str, params: list[tuple[str, str]], on_progress=None,
                   headers: dict | None = None) -> tuple[int, dict]:
@@ -128,68 +127,3 @@ class _Progress:
         if self._report is not None and block:
             self._report(self._sent, self._size)
         return block
-
-
-# --- the answers' shapes: the keys and types push and check read (docs/json.md) -----------------
-
-
-class Health(msgspec.Struct):
-    version: str
-    writes: bool
-    max_upload_bytes: int | None = None
-
-
-class Headline(msgspec.Struct):
-    aggregation: str
-    slowest_rank: int | None
-    step_ms: float | None
-    exposed_comm_ms: float | None
-    exposed_pct: float | None
-    overlap_pct: float | None
-
-
-class Pushed(msgspec.Struct):
-    run_id: int
-    name: str
-    headline: Headline
-
-
-class _Listed(msgspec.Struct):
-    run_id: int
-
-
-class RunList(msgspec.Struct):
-    runs: list[_Listed]
-
-
-class _Side(msgspec.Struct):
-    run_id: int
-    name: str
-
-
-class _MetricRow(msgspec.Struct):
-    metric: str
-    verdict: str | None
-    worse_pct: float | None
-
-
-class _Group(msgspec.Struct):
-    label: str
-    exposed_ms: float | None
-    baseline_exposed_ms: float | None
-    change_ms: float | None
-
-
-class Verdict(msgspec.Struct):
-    metric: str
-    regressed: bool
-    higher_is_better: bool
-    max_regression_pct: float
-    value: float | None
-    baseline_value: float | None
-    worse_pct: float | None
-    run: _Side
-    baseline: _Side
-    metrics: list[_MetricRow]
-    groups: list[_Group]
-    warnings: list[str]

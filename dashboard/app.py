@@ -10,7 +10,7 @@ import streamlit as st
 
 from overlapscope.analyzer.errors import CatalogBusy
 from overlapscope.dashboard import context, data
-from overlapscope.dashboard.settings import from_env
+from overlapscope.server.settings import from_env
 
 PAGES = {
     "Run": [

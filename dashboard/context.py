@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from overlapscope.dashboard import data
-from overlapscope.dashboard.settings import Settings
+from overlapscope.server.settings import Settings
 from overlapscope.dashboard.text import md
 
 CTX_KEY = "_overlapscope_ctx"

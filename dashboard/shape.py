@@ -13,7 +13,7 @@ from collections import defaultdict
 from overlapscope.analyzer.checklist.findings import STATUS_ORDER
 from overlapscope.analyzer.model import hide, memory
 from overlapscope.analyzer.model.hide import BACKWARD_SHARE
-from overlapscope.analyzer.units import pct as _pct
+from overlapscope.contract import figures
 # Material icons ship with Streamlit's frontend (emoji need a system font).
 STATUS_ICON = {"fail": ":material/cancel:", "warn": ":material/warning:", "pass": ":material/check_circle:",
                "n/a": ":material/remove_circle_outline:"}
@@ -44,7 +44,7 @@ def rank_means(steps: list[dict]) -> list[dict]:
             "hidden_comm_ms": None if comm is None or exposed is None else comm - exposed,
             "idle_ms": _mean(i["idle_ms"] for i in items),
             "other_ms": _mean(i.get("other_ms") for i in items),
-            "overlap_pct": _pct(comm - exposed, comm) if comm and exposed is not None else None,
+            "overlap_pct": figures.overlap_pct(comm, exposed),
         })
     return out
 
@@ -282,9 +282,7 @@ def whatif_points(sweep: dict) -> list[dict]:
 
 # --- readable tables ---------------------------------------------------------------
 # The names of the figures on buttons, axes and legends (the JSON keys stay the contract's).
-FIGURE_LABELS = {"step_ms": "step (ms)", "exposed_comm_ms": "exposed comm (ms)", "overlap_pct": "overlap (%)",
-                 "idle_ms": "idle (ms)", "comm_ms": "comm (ms)", "compute_ms": "compute (ms)",
-                 "exposed_pct": "exposed share (%)", "exposed_ms": "exposed comm (ms)"}
+FIGURE_LABELS = {**{m.name: m.label for m in figures.METRICS}, "exposed_ms": "exposed comm (ms)"}
 
 
 def figure_label(key: str) -> str:

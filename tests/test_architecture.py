@@ -12,7 +12,8 @@ from conftest import ROOT
 
 # repository folder -> import name (pyproject.toml's package-dir)
 PACKAGES = {"contract": "overlapscope.contract", "tracer": "overlapscope.tracer",
-            "analyzer": "overlapscope.analyzer", "cli": "overlapscope.cli", "dashboard": "overlapscope.dashboard"}
+            "analyzer": "overlapscope.analyzer", "cli": "overlapscope.cli", "server": "overlapscope.server",
+            "dashboard": "overlapscope.dashboard"}
 
 
 def _modules() -> dict[str, Path]:

@@ -14,7 +14,7 @@ import pytest
 from overlapscope.analyzer import runs
 from overlapscope.analyzer.errors import CatalogBusy, UsageError
 from overlapscope.analyzer.store import access, catalog
-from overlapscope.dashboard import auth
+from overlapscope.server import auth
 from conftest import SAMPLES
 
 HOLD = ("import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('locked', flush=True); "

@@ -17,7 +17,7 @@ from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog
 from overlapscope import cli
 from overlapscope.cli import dashboard as cli_dashboard
-from overlapscope.dashboard.settings import from_env
+from overlapscope.server.settings import from_env
 
 
 def args(**kw) -> Namespace:
@@ -35,7 +35,7 @@ def test_help_lists_the_options(capsys):
 
 
 def test_server_environment_and_streamlit_options(tmp_path):
-    from overlapscope.dashboard import server
+    from overlapscope.server import asgi as server
 
     tokens = tmp_path / "tokens"
     tokens.write_text("0123456789abcdef0123 ci\n")
@@ -78,7 +78,7 @@ def test_bad_setting_in_the_environment_fails_in_one_line(capsys, monkeypatch, t
 
 
 def test_it_prepares_the_catalog_and_serves(monkeypatch, tmp_path, dashboard_bundles):
-    from overlapscope.dashboard import server
+    from overlapscope.server import asgi as server
 
     for name in ("OVERLAPSCOPE_DB", "OVERLAPSCOPE_MAX_UPLOAD_MB", "OVERLAPSCOPE_NO_SAMPLES", "OVERLAPSCOPE_API_TOKENS"):
         monkeypatch.delenv(name, raising=False)  # the command sets them in this process: undone after the test

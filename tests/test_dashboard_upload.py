@@ -13,7 +13,8 @@ from overlapscope.dashboard.text import md, plain
 from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import catalog
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.dashboard import data, uploads
+from overlapscope.server import uploads
+from overlapscope.dashboard import data
 from test_dashboard_pages import no_errors, open_app
 
 

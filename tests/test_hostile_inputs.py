@@ -383,7 +383,7 @@ def test_a_manifest_nested_20000_deep_is_one_line(tmp_path, capsys):
 def test_a_300_character_upload_name_is_saved_and_analysed(tmp_path):
     """An upload keeps a file name the file system accepts (255 bytes at most), distinct for
     two long names that differ only in the middle, with its rank and suffix kept."""
-    from overlapscope.dashboard import uploads
+    from overlapscope.server import uploads
 
     class Upload:
         def __init__(self, name: str, data: bytes):

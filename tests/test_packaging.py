@@ -33,7 +33,7 @@ def test_the_wheel_installs_one_namespace_and_the_samples(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"overlapscope"}, tops  # no generic top-level tracer/analyzer/dashboard
-    for sub in ("contract", "tracer", "analyzer", "cli", "dashboard", "sample_traces"):
+    for sub in ("contract", "tracer", "analyzer", "cli", "server", "dashboard", "sample_traces"):
         assert any(n.startswith(f"overlapscope/{sub}/") for n in names), sub
     samples = {n.split("/")[2] for n in names if n.startswith("overlapscope/sample_traces/") and n.endswith(".gz")}
     assert samples == {p.name for p in SAMPLES.iterdir() if p.is_dir() and any(p.glob("*.json.gz"))}
@@ -103,7 +103,7 @@ def test_declared_dependencies_are_the_imported_ones():
     declared = names(project["dependencies"])
     extras = {k: names(v) for k, v in project["optional-dependencies"].items()}
     imported: dict[str, set[str]] = {}
-    for folder in ("contract", "tracer", "analyzer", "cli", "dashboard"):
+    for folder in ("contract", "tracer", "analyzer", "cli", "server", "dashboard"):
         for path in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Import):

@@ -22,7 +22,7 @@ from test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS, _open, _set
 from test_dashboard_cli import start_server, stop_server
 from test_memory_bounds import _gzip_repeated
 
-from overlapscope.dashboard.spool import FRAMING_BYTES, UploadSpool
+from overlapscope.server.spool import FRAMING_BYTES, UploadSpool
 
 MB = 1 << 20
 

@@ -14,6 +14,7 @@ import duckdb
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.export import perfetto
+from overlapscope.contract.figures import STEP_TIMES
 
 RUN_ID = 1
 
@@ -39,8 +40,7 @@ def _meta(info) -> dict:
 
 
 def _windows(con, run_id: int, steps: list[dict]) -> dict:
-    figures = {(s["rank"], s["step"]): {k: s.get(k) for k in ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms",
-                                                              "overlap_pct", "idle_ms")} for s in steps}
+    figures = {(s["rank"], s["step"]): {k: s.get(k) for k in (*STEP_TIMES, "overlap_pct", "idle_ms")} for s in steps}
     out: dict = {}
     for rank, step, start, end in con.execute(sql.query("export.windows"), {"run_id": run_id}).fetchall():
         out.setdefault(rank, []).append((step, start, end, figures.get((rank, step), {})))

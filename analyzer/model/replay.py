@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from overlapscope.contract.figures import overlap_pct
+
 
 # --- DDP buckets ---------------------------------------------------------------------
 
@@ -90,10 +92,9 @@ class DdpTimeline:
         return sum(b.exposed_s for b in self.buckets)
 
     @property
-    def overlap_pct(self) -> float:
-        """100 x hidden comm / comm time (100 when there is no comm)."""
-        comm = self.comm_s
-        return 100.0 if comm == 0 else 100.0 * (comm - self.exposed_s) / comm
+    def overlap_pct(self) -> float | None:
+        """100 x hidden comm / comm time (None when there is no comm: nothing to overlap)."""
+        return overlap_pct(self.comm_s, self.exposed_s)
 
 
 def replay_ddp(buckets: Sequence[Bucket], backward_end_s: float) -> DdpTimeline:

@@ -15,9 +15,9 @@ import json
 import pyarrow as pa
 
 from overlapscope.analyzer import sql
+from overlapscope.contract import figures
 # The headline's numbers, as rows of the metrics table (for CI gates and SQL).
-METRICS = ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "exposed_pct",
-           "slowest_rank")
+METRICS = tuple(m.name for m in figures.METRICS)
 # The stored figures: table -> (registered name, insert query, columns of analyze's rows).
 RANK_COLUMNS = ("rank", "device_kind", "steps", "step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
                 "idle_ms", "other_ms", "span_ms", "hta_overlap_pct", "clock_offset_ms", "comm_wait_ms",

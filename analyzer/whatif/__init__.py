@@ -24,7 +24,8 @@ The changes are applied by whatif.apply; memory per GPU by whatif.memory.
 from __future__ import annotations
 
 from overlapscope.analyzer.headline import overlap_pct, slowest
-from overlapscope.analyzer.units import MS_DIGITS, pct
+from overlapscope.analyzer.units import MS_DIGITS
+from overlapscope.contract.figures import STEP_TIMES, overlap_pct as overlap_of
 from overlapscope.analyzer.whatif import apply, memory
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.whatif.changes import READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
@@ -32,7 +33,7 @@ from overlapscope.analyzer.whatif.comm import CommModel
 from overlapscope.analyzer.whatif.plan import StepPlan, plans
 from overlapscope.analyzer.whatif.replay import replay_plan
 
-KEYS = ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct")
+KEYS = (*STEP_TIMES, "overlap_pct")
 
 
 def _figures(step_ms: float, compute_ms: float, comm_ms: float, exposed_ms: float) -> dict:
@@ -41,7 +42,7 @@ def _figures(step_ms: float, compute_ms: float, comm_ms: float, exposed_ms: floa
     exposed_ms = min(max(0.0, exposed_ms), comm_ms)
     return {"step_ms": round(step_ms, MS_DIGITS), "compute_ms": round(compute_ms, MS_DIGITS),
             "comm_ms": round(comm_ms, MS_DIGITS), "exposed_comm_ms": round(exposed_ms, MS_DIGITS),
-            "overlap_pct": pct(comm_ms - exposed_ms, comm_ms)}
+            "overlap_pct": overlap_of(comm_ms, exposed_ms)}
 
 
 def _step(plan: StepPlan, changed: StepPlan) -> dict:

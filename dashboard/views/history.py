@@ -10,11 +10,11 @@ from __future__ import annotations
 import streamlit as st
 
 from overlapscope.analyzer import gate
+from overlapscope.contract import figures
 from overlapscope.dashboard import charts, context, shape, tables
 
-METRICS = {"exposed_comm_ms": "exposed comm per step (ms)", "step_ms": "step (ms)", "overlap_pct": "overlap (%)",
-           "comm_ms": "comm per step (ms)", "compute_ms": "compute per step (ms)", "idle_ms": "idle per step (ms)",
-           "exposed_pct": "exposed comm (% of the step)"}
+# the gate's metrics, its default first, by their label on the axis (contract.figures)
+METRICS = {m: figures.BY_NAME[m].per_step_label for m in sorted(gate.METRICS, key=lambda m: m != gate.DEFAULT_METRIC)}
 OVERVIEW = "views/overview.py"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from overlapscope.contract import api
 from overlapscope.dashboard import charts, context, data, shape, tables
 from overlapscope.dashboard.text import md
 
@@ -28,7 +29,7 @@ def render() -> None:
     run = context.require_run(ctx)
     st.title(f"Timeline · {md(run['name'])}")
     context.require_events(run, "its timeline")
-    st.link_button("Download for Perfetto", f"/api/v1/runs/{run['run_id']}/perfetto", icon=":material/download:",
+    st.link_button("Download for Perfetto", api.path(api.PERFETTO, run_id=run["run_id"]), icon=":material/download:",
                    help="Every rank on one clock in one Chrome-trace JSON (gzip), with exposed comm, collectives, "
                         "steps and findings as extra tracks: open it at ui.perfetto.dev. The same file as "
                         f"`overlapscope export --run #{run['run_id']} --perfetto OUT.json.gz`.")

@@ -18,9 +18,10 @@ import streamlit as st
 
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest import limits
-from overlapscope.dashboard import auth, context, data, spool, uploads
-from overlapscope.dashboard.server import is_loopback
+from overlapscope.dashboard import context, data
 from overlapscope.dashboard.text import md
+from overlapscope.server import auth, spool, uploads
+from overlapscope.server.asgi import is_loopback
 
 DONE_KEY = "_upload_done"
 REFUSED_KEY = "_upload_refused"

@@ -49,16 +49,22 @@ from overlapscope.analyzer import runs
 from overlapscope.analyzer.ingest import limits
 from overlapscope.analyzer.errors import CatalogBusy, InputError, RunNotFound, UsageError
 from overlapscope.analyzer.store import catalog
-from overlapscope.dashboard import auth, uploads
-from overlapscope.dashboard.settings import Settings
+from overlapscope.server import auth, uploads
+from overlapscope.server.settings import Settings
+from overlapscope.contract import api as c
+from overlapscope.contract.api import PREFIX
 from overlapscope.contract.names import MANIFEST_FILE
 
-PREFIX = "/api/v1"
 ZIP_MAGIC, GZIP_MAGIC = b"PK\x03\x04", b"\x1f\x8b"
 READ_THREADS = 4
-IDEMPOTENCY_HEADER = "idempotency-key"
+IDEMPOTENCY_HEADER = c.IDEMPOTENCY_HEADER.lower()  # starlette's headers: any case
 MAX_KEY_CHARS = 200
 RETRY_AFTER_S = "5"  # a client retrying after a 503 waits this long (Retry-After)
+
+
+def _pattern(route: str) -> str:
+    """A contract route as starlette matches it: under PREFIX, the run id an integer."""
+    return PREFIX + route.replace("{run_id}", "{run_id:int}")
 
 
 def version() -> str:
@@ -167,13 +173,13 @@ class Api:
 
     def routes(self) -> list[Route]:
         return [
-            Route(f"{PREFIX}/health", in_json(self.health), methods=["GET"]),
-            Route(f"{PREFIX}/runs", in_json(self.list_runs), methods=["GET"]),
-            Route(f"{PREFIX}/runs", in_json(self.push), methods=["POST"]),
-            Route(f"{PREFIX}/runs/{{run_id:int}}", in_json(self.get_run), methods=["GET"]),
-            Route(f"{PREFIX}/runs/{{run_id:int}}/check", in_json(self.check), methods=["GET"]),
-            Route(f"{PREFIX}/runs/{{run_id:int}}/whatif", in_json(self.whatif), methods=["GET"]),
-            Route(f"{PREFIX}/runs/{{run_id:int}}/perfetto", in_json(self.perfetto), methods=["GET"]),
+            Route(_pattern(c.HEALTH), in_json(self.health), methods=["GET"]),
+            Route(_pattern(c.RUNS), in_json(self.list_runs), methods=["GET"]),
+            Route(_pattern(c.RUNS), in_json(self.push), methods=["POST"]),
+            Route(_pattern(c.RUN), in_json(self.get_run), methods=["GET"]),
+            Route(_pattern(c.CHECK), in_json(self.check), methods=["GET"]),
+            Route(_pattern(c.WHATIF), in_json(self.whatif), methods=["GET"]),
+            Route(_pattern(c.PERFETTO), in_json(self.perfetto), methods=["GET"]),
         ]
 
     def close(self) -> None:
@@ -322,7 +328,7 @@ class Api:
         if refused is not None:
             return refused
         if not (request.query_params.get("name") or "").strip():
-            return _error(400, "give the run a name: POST /api/v1/runs?name=NAME")
+            return _error(400, f"give the run a name: POST {PREFIX}{c.RUNS}?name=NAME")
         try:
             name = catalog.check_run_name(request.query_params.get("name"))
             tags = catalog.check_tags(parse_tags(request.query_params.getlist("tag")))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from overlapscope.analyzer import runs
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.dashboard.settings import Settings
+from overlapscope.server.settings import Settings
 
 # The server keeps the catalog open this long after its last use (reads then cost a
 # cursor, not an open); after that another process (an ingest) can take the file.
@@ -76,8 +76,8 @@ def build(settings: Settings):
     (``spool.py``), and the API object."""
     import streamlit as st
 
-    from overlapscope.dashboard.api import Api
-    from overlapscope.dashboard.spool import UploadSpool
+    from overlapscope.server.api import Api
+    from overlapscope.server.spool import UploadSpool
 
     api = Api(settings)
     shared = runs.shared(settings.db, keep_open_s=KEEP_OPEN_S)

@@ -21,7 +21,7 @@ from overlapscope.analyzer import api
 from overlapscope.analyzer.ingest import inputs
 from overlapscope.analyzer.ingest.limits import Limits
 from overlapscope.analyzer.store import catalog
-from overlapscope.dashboard import spool
+from overlapscope.server import spool
 from overlapscope.analyzer.errors import InputError, UsageError
 
 ACCEPTED = (".json", ".json.gz", ".gz", ".zip")
