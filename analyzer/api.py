@@ -191,7 +191,7 @@ def whatif_stored(con, run_id: int, sweep_spec: str | None = None) -> dict | Non
     """``whatif_run`` with no change (and the sweep ``sweep_spec``, ``NAME=V1,V2,...``) of a
     catalog's run, as ingest stored it; None when it must be computed (another sweep, a run
     stored before this was kept, or not a catalog's run)."""
-    from overlapscope.analyzer.whatif.changes import sweep_spec as spec_of
+    from overlapscope.analyzer.predict.changes import sweep_spec as spec_of
 
     info = run_info(con, run_id)
     document = _stored(info, "whatif", None)
@@ -213,8 +213,8 @@ def whatif_analysis(con, run_id: int):
 
 def whatif_of(a, info, changes=None, sweep: tuple | None = None) -> dict:
     """``whatif`` from a run's analysis (``whatif_analysis``)."""
-    from overlapscope.analyzer import whatif as engine_whatif
-    from overlapscope.analyzer.whatif.changes import Changes
+    from overlapscope.analyzer.predict import whatif as engine_whatif
+    from overlapscope.analyzer.predict.changes import Changes
 
     prepared = engine_whatif.prepare(a)  # once for the prediction and every point of the sweep
     result = engine_whatif.predict(a, changes or Changes(), prepared)

@@ -1,6 +1,6 @@
 """``overlapscope whatif PATH|--run NAME [changes...]``: the run predicted under another configuration.
 
-The measured step replayed with the changed communication (analyzer/whatif): measured,
+The measured step replayed with the changed communication (analyzer/predict/whatif.py): measured,
 replayed as it is (how well the replay reproduces the run), predicted, and the model's
 pure prediction, side by side; memory per GPU; the terms of each collective. Several
 changes combine; ``--sweep NAME=V1,V2,...`` prints one prediction per value.
@@ -9,7 +9,7 @@ changes combine; ``--sweep NAME=V1,V2,...`` prints one prediction per value.
 from __future__ import annotations
 
 from overlapscope.analyzer.api import whatif, whatif_run
-from overlapscope.analyzer.whatif import changes as changes_mod
+from overlapscope.analyzer.predict import changes as changes_mod
 from overlapscope.cli.common import add_source_arguments, emit, progress, stored_run
 from overlapscope.cli.tables import clean, say, table
 

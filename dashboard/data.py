@@ -127,7 +127,7 @@ def whatif(db: str, run_id: int, run_stamp: str, flags: tuple[tuple[str, object]
            sweep: str | None = None) -> dict:
     """``whatif_of`` under ``flags`` (command-line names and values, whatif.changes.read), with
     ``sweep`` (``NAME=V1,V2,...``) on top of them."""
-    from overlapscope.analyzer.whatif import changes as whatif_changes
+    from overlapscope.analyzer.predict import changes as whatif_changes
 
     if not flags:  # the run as measured (and its first sweep): stored at ingest
         with connect(db) as con:

@@ -237,7 +237,7 @@ class Api:
 
     async def whatif(self, request: Request) -> Response:
         from overlapscope.analyzer import api
-        from overlapscope.analyzer.whatif import changes as whatif_changes
+        from overlapscope.analyzer.predict import changes as whatif_changes
 
         run_id = request.path_params["run_id"]
         flags = {k: v for k, v in request.query_params.items() if k != "sweep"}

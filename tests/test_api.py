@@ -435,7 +435,7 @@ def test_whatif_and_the_perfetto_download(server):
     assert status == 200 and answer["label"] == "--bucket-mb 5"
     assert [p["value"] for p in answer["sweep"]["points"]] == ["0.5x", "2x"]
     from overlapscope.analyzer.api import whatif
-    from overlapscope.analyzer.whatif.changes import Changes
+    from overlapscope.analyzer.predict.changes import Changes
     from test_docs import documented_gaps
 
     assert answer["predicted"] == pytest.approx(whatif([str(SAMPLES / "ddp")], Changes(bucket_mb=5.0))["predicted"])

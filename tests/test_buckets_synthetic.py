@@ -53,18 +53,21 @@ def test_ddp_buckets_from_the_tracer_annotations(tmp_path):
 
 
 def test_ddp_replay_predicts_only_the_tail(tmp_path):
-    # All buckets are 4 MiB: W is the median of bytes/time (4 MiB / 30 us) and the
-    # latency term the mean of what is left, (0 + 20 - 10) / 3 = 3.33 us: each bucket
-    # is predicted at 33.33 us. Ready times from the kernels launched before each
-    # bucket: 40, 80, 100 (the backward's end). Replay: [40, 73.3), [80, 113.3),
-    # [113.3, 146.7): exposed 0, 13.3 and 33.3 us: mostly the tail, as the seed says.
+    # The prediction engine (predict/comm.py, plan.py, replay.py) with no change. All
+    # buckets are 4 MiB: one size gives no latency fit, so each all-reduce is its wire
+    # bytes over W, W the trace's median bus bandwidth (4 MiB / 30 us; the bus factor of
+    # 2 ranks is 1): 30 us each. Ready times from the kernels launched before each
+    # bucket: 40, 80, 100 (the backward's end). Replay of the transfers alone: [40, 70),
+    # [80, 110), [110, 140). The compute measured around the comm hides [40, 70) and
+    # [80, 100) and nothing after the backward's end at 100: exposed 0, 10 and 30 us:
+    # mostly the tail, as the seed says.
     res = result(tmp_path, ddp_annotated())
     rows = by_key(res["collectives"], "id")
     assert res["measured"]["bandwidth_source"] == "trace"
     assert res["measured"]["bus_bandwidth_bytes_per_s"] == pytest.approx(4 * MiB4 / 30e-6)
-    assert [rows[i]["predicted_comm_ms"] for i in "012"] == pytest.approx([100 / 3 * US] * 3, rel=1e-4)
+    assert [rows[i]["predicted_comm_ms"] for i in "012"] == pytest.approx([30 * US] * 3, rel=1e-4)
     assert [rows[i]["predicted_exposed_ms"] for i in "012"] == pytest.approx(
-        [0, 40 / 3 * US, 100 / 3 * US], rel=1e-4, abs=1e-6)
+        [0, 10 * US, 30 * US], rel=1e-4, abs=1e-6)
 
 
 def test_foreign_ddp_buckets_are_inferred_from_order(tmp_path):

@@ -352,7 +352,7 @@ def test_model_page_what_if_panel(monkeypatch, dashboard_db, dashboard_bundles):
     """The What if panel: the replay without a change, then a change and a sweep, the same
     figures as ``overlapscope whatif`` gives for the run's files."""
     from overlapscope.analyzer.api import whatif
-    from overlapscope.analyzer.whatif.changes import Changes, Scale
+    from overlapscope.analyzer.predict.changes import Changes, Scale
 
     at = open_app(monkeypatch, dashboard_db, "views/model.py")
     at.sidebar.selectbox[0].set_value(1).run()

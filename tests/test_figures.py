@@ -16,7 +16,7 @@ from conftest import SAMPLES
 from overlapscope.analyzer import gate
 from overlapscope.analyzer.headline import headline
 from overlapscope.analyzer.model.replay import Bucket, replay_ddp
-from overlapscope.analyzer.whatif import _figures
+from overlapscope.analyzer.predict.whatif import _figures
 from overlapscope.contract import figures
 from overlapscope.contract.figures import Headline, RankFigures, StepFigures, overlap_pct
 

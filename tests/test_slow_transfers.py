@@ -13,6 +13,7 @@ from conftest import SAMPLES
 from overlapscope.analyzer.engine import map_run
 from overlapscope.analyzer.measure import collectives, overlap
 from overlapscope.analyzer.predict import exposure
+from overlapscope.analyzer.predict.comm import CommModel
 from overlapscope.analyzer.predict.reconcile import _slow_transfers
 from overlapscope.analyzer.store.runinfo import run_info
 
@@ -34,7 +35,10 @@ def test_slow_transfers_are_the_excess_over_the_prediction(bundle):
     con, info = mapped.con, run_info(mapped.con, mapped.run_id)
     overlap.compute(con, mapped.run_id)  # the waits (comm_wait)
     for w_bytes_per_s in (1e8, 1e10):
-        rows = exposure.predict_comm(collectives.compute(con, info), w_bytes_per_s, 1e-5)
+        rows = collectives.compute(con, info)
+        # the engine's comm model at one W for every kind, no latency (no rows to fit on)
+        model = CommModel(None, [], {r.collective: w_bytes_per_s for r in rows if r.collective})
+        rows = exposure.predict_comm(rows, model)
         expected = _plain(con, rows)
         assert sum(1 for v in expected.values() if v > 0) >= 2, (bundle, w_bytes_per_s)
         assert _slow_transfers(con, rows) == pytest.approx(expected, abs=1e-9), (bundle, w_bytes_per_s)

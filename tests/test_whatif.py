@@ -1,4 +1,4 @@
-"""``overlapscope whatif`` (analyzer/whatif): a measured run replayed under another configuration.
+"""``overlapscope whatif`` (analyzer/predict/whatif.py): a measured run replayed under another configuration.
 
 Three routes of expected values, none from the code under test:
 - hand-built GPU traces whose timelines are worked out by hand in the comments;
@@ -17,7 +17,7 @@ import pytest
 
 from overlapscope.analyzer.api import analyze, whatif_run
 from overlapscope.analyzer.engine import map_run
-from overlapscope.analyzer.whatif.changes import Changes, Scale
+from overlapscope.analyzer.predict.changes import Changes, Scale
 from overlapscope.cli import main
 from builders import GpuTrace, write, write_bundle
 from conftest import SAMPLES
@@ -446,7 +446,7 @@ def test_the_stored_replay_is_the_computed_one(tmp_path, sample):
     computed."""
     from overlapscope.analyzer import api
     from overlapscope.analyzer import runs
-    from overlapscope.analyzer.whatif.changes import default_sweep, sweep as read_sweep
+    from overlapscope.analyzer.predict.changes import default_sweep, sweep as read_sweep
 
     con = runs.open_catalog(tmp_path / "catalog.duckdb")
     try:

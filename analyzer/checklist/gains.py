@@ -1,7 +1,7 @@
 """What a failed or warned finding would buy: the what-if of the change its fix names.
 
 A rule whose fix a what-if change can express (``CANDIDATES``) names one or more
-candidate changes; each is predicted on the run (analyzer/whatif) and the best one
+candidate changes; each is predicted on the run (analyzer/predict/whatif.py) and the best one
 that fits in memory gives the finding its ``predicted_gain_ms`` (step time saved per
 step, the slowest rank's median: the headline's definition) and ``whatif`` (its flags,
 to run ``overlapscope whatif`` with); for more tokens per micro-batch, the time the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from overlapscope.analyzer.whatif.changes import Changes, Scale
+from overlapscope.analyzer.predict.changes import Changes, Scale
 
 BUCKET_CAPS_MB = (1.0, 5.0, 25.0, 100.0)  # the sweep a DDP bucket finding tries
 
@@ -71,7 +71,7 @@ def _slowest(a) -> set[int] | None:
 
 def _best(f, a, prepared, ranks) -> tuple[float, str] | None:
     """(gain ms, flags) of the best candidate change of ``f`` that fits in memory; None: none applies."""
-    from overlapscope.analyzer import whatif
+    from overlapscope.analyzer.predict import whatif
 
     best = None
     for changes in CANDIDATES[f.id](f, a):
@@ -90,7 +90,7 @@ def link(findings: list, a) -> list:
     """The findings, the failed and warned ones whose fix a change expresses carrying
     ``predicted_gain_ms`` and ``whatif`` (new values; the input is kept). The run's plans
     are built once; a run of more than 8 ranks replays its 4 slowest."""
-    from overlapscope.analyzer import whatif
+    from overlapscope.analyzer.predict import whatif
 
     def wanted(f) -> bool:
         return f.status in ("fail", "warn") and f.id in CANDIDATES

@@ -20,6 +20,8 @@ from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.model.hide import overlap_verdict, stage_tokens_to_hide
 from overlapscope.analyzer.model.memory import model_state_bytes
 from overlapscope.analyzer.predict import exposure
+from overlapscope.analyzer.predict.comm import CommModel
+from overlapscope.analyzer.predict.plan import plans
 from overlapscope.analyzer.predict.reconcile import reconcile
 from overlapscope.analyzer.store.runinfo import RunInfo, run_info
 
@@ -44,6 +46,8 @@ class RunAnalysis:
     tokens: float | None  # tokens per GPU per micro-batch (given, or the manifest's)
     weight_bytes: float = 2.0  # bytes per gathered weight element (FSDP)
     lanes: dict = field(default_factory=dict)  # (rank, event_id) -> measure.waits.Lane: what the what-if replays
+    comm_model: CommModel | None = None  # the prediction engine's comm model of the run (comm.py)
+    plans: list = field(default_factory=list)  # its measured steps as plans (plan.py): what every prediction changes
 
     @property
     def device_kind(self) -> str:
@@ -270,15 +274,20 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     stage = _stage(info, rows)
     sources = _sources(con, info, rows, stage)
     w_of = {k: v["bytes_per_s"] for k, v in sources["bus_bandwidth_by_kind"].items() if v["bytes_per_s"]}
-    rows = exposure.predict_comm(rows, sources["bus_bandwidth_bytes_per_s"], sources["latency_s"], w_of)
-    rows = exposure.predict_exposed(info, rows)
+    # the prediction engine, once: its comm model and the measured steps as plans (what the
+    # what-if starts from too), and with no change its prediction of every collective
+    model = CommModel(info.manifest.calibration, rows, w_of, sources["bus_bandwidth_bytes_per_s"])
+    lanes = waits.lanes(con, run_id)
+    rows = exposure.predict_comm(rows, model)
+    measured_plans = plans(info, rows, ov["steps"], lanes, model)
+    rows = exposure.predict_exposed(rows, measured_plans)
     grad_bytes, weight_bytes = _grad_bytes(info, rows), _weight_bytes(info, rows)
     tokens = tokens or info.manifest.tokens_per_microbatch
     inputs = _inputs(sources, info, tokens, stage, grad_bytes, weight_bytes)
     steps, models = _per_step(rows, ov["steps"], inputs, info)
     models = reconcile(con, run_id, rows, steps, models, info.device_kind, stage)
     return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
-                       weight_bytes, waits.lanes(con, run_id))
+                       weight_bytes, lanes, model, measured_plans)
 
 
 def summary(rows: list[Collective]) -> list[dict]:

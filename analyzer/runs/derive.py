@@ -9,13 +9,15 @@ store's ``migrate`` is handed ``compute``).
 
 from __future__ import annotations
 
-from overlapscope.analyzer import checklist, whatif
+from overlapscope.analyzer import checklist
+
+from overlapscope.analyzer.predict import whatif
 from overlapscope.analyzer.errors import InputError, UsageError
 from overlapscope.analyzer.headline import failed, headline
 from overlapscope.analyzer.measure import waits
 from overlapscope.analyzer.predict import buckets
 from overlapscope.analyzer.store import results
-from overlapscope.analyzer.whatif import changes
+from overlapscope.analyzer.predict import changes
 
 
 def compute(con, run_id: int) -> dict:

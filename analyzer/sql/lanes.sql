@@ -3,7 +3,7 @@
 -- requires: collectives, waits
 -- provides: comm_lane
 --
--- What the what-if engine (analyzer/whatif/plan.py) replays of each DDP bucket and
+-- What the what-if engine (analyzer/predict/plan.py) replays of each DDP bucket and
 -- FSDP unit transfer: its piece of its rank's one comm lane, the compute that hid
 -- that piece, and its wait for its peers. gloo runs collectives on several threads
 -- at once; the replay runs them one at a time, so each transfer holds the part of

@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.whatif.changes import SWEEPS, sweep_family
+from overlapscope.analyzer.predict.changes import SWEEPS, sweep_family
 from overlapscope.dashboard import charts, context, data, shape, tables
 from overlapscope.dashboard.text import md
 

@@ -23,8 +23,8 @@ import re
 from bisect import bisect_left
 from dataclasses import replace
 
-from overlapscope.analyzer.whatif.changes import REDUCE_DTYPES, Changes
-from overlapscope.analyzer.whatif.plan import REDUCE_PHASES, DdpPass, FsdpPass, StepPlan, Unit, Xfer
+from overlapscope.analyzer.predict.changes import REDUCE_DTYPES, Changes
+from overlapscope.analyzer.predict.plan import REDUCE_PHASES, DdpPass, FsdpPass, StepPlan, Unit, Xfer
 
 MIB = 1024 * 1024
 DDP_DEFAULT_BUCKET_MB = 25  # DDP's bucket_cap_mb when none is given; its first bucket is then 1 MiB

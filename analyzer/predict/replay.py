@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from overlapscope.analyzer.model.replay import Bucket, FsdpOptions, FsdpUnit, replay_ddp, replay_fsdp
-from overlapscope.analyzer.whatif.plan import DdpPass, FsdpPass, StepPlan
+from overlapscope.analyzer.predict.plan import DdpPass, FsdpPass, StepPlan
 
 
 @dataclass(frozen=True)
@@ -35,16 +35,24 @@ class StepReplay:
     spans: dict  # id(xfer) -> Span
 
 
+# What a replay times each collective with (``replay_plan``'s ``which``):
+#   dur       the durations the change gives (measured transfers, retimed), waits as measured
+#   model     the fitted ring model's transfers, waits for peers as measured
+#   transfer  the fitted ring model's transfers alone: no waits for peers, no backend delays
+#             (what the F/W model predicts; the buckets report's predicted exposed time)
+WHICH = ("dur", "model", "transfer")
+
+
 def _duration(x, which: str) -> float:
     """The transfer of one collective (ms)."""
-    if which == "model":
+    if which in ("model", "transfer"):
         return x.model_ms if x.model_ms is not None else x.dur_ms
     return x.dur_ms
 
 
 def _lane(x, which: str) -> float:
     """Its time on the lane where the replay does not place its peers: its wait, then its transfer."""
-    return x.wait_ms + _duration(x, which)
+    return (0.0 if which == "transfer" else x.wait_ms) + _duration(x, which)
 
 
 def _hidden_ms(p: DdpPass, start: float, end: float, backward_end: float) -> float:
@@ -66,8 +74,12 @@ def _hidden_ms(p: DdpPass, start: float, end: float, backward_end: float) -> flo
 
 def _ddp(p: DdpPass, which: str, spans: dict) -> float:
     # a bucket whose peers' arrival is known waits for it on the lane; any other lasts its wait
-    buckets = [Bucket(max(0.0, x.ready_ms) / 1e3, (_duration(x, which) if x.peer_ms is not None else _lane(x, which))
-                      / 1e3, x.delay_ms / 1e3, None if x.peer_ms is None else x.peer_ms / 1e3) for x in p.buckets]
+    if which == "transfer":  # each bucket issued when ready and the lane is free, for its transfer alone
+        buckets = [Bucket(max(0.0, x.ready_ms) / 1e3, _duration(x, which) / 1e3) for x in p.buckets]
+    else:
+        buckets = [Bucket(max(0.0, x.ready_ms) / 1e3,
+                          (_duration(x, which) if x.peer_ms is not None else _lane(x, which)) / 1e3,
+                          x.delay_ms / 1e3, None if x.peer_ms is None else x.peer_ms / 1e3) for x in p.buckets]
     end_ms = max([x.ready_ms for x in p.buckets] + [0.0])
     timeline = replay_ddp(buckets, backward_end_s=end_ms / 1e3)
     exposed = 0.0
@@ -122,9 +134,10 @@ def _span(s, compute) -> Span:
 
 
 def replay_plan(plan: StepPlan, which: str = "dur") -> StepReplay:
-    """Exposed comm of the plan's collectives: ``which`` = ``dur`` (the durations the
-    change gives) or ``model`` (the fitted ring model's, the model's pure prediction).
-    Comm is the time the collectives hold the lane, their waits for peers included."""
+    """Exposed comm of the plan's collectives, timed as ``which`` says (WHICH): ``dur`` (the
+    durations the change gives), ``model`` (the fitted ring model's, waits as measured) or
+    ``transfer`` (the model's transfers alone). Comm is the time the collectives hold the
+    lane, their waits for peers included where the replay keeps them."""
     spans: dict = {}
     if plan.blocking:
         at = 0.0

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from overlapscope.analyzer.model.memory import model_state_bytes
-from overlapscope.analyzer.whatif.plan import FsdpPass
+from overlapscope.analyzer.predict.plan import FsdpPass
 
 
 def _stage(a, c, plans) -> tuple[str | None, int | None]:

@@ -57,6 +57,7 @@ class Xfer:
     terms: object = None  # comm.Terms of the prediction (None: as measured)
     wait_ms: float = 0.0  # of its lane piece, the time it waited for its peers (carried as measured)
     peer_ms: float | None = None  # DDP: when its last peer arrived, ms after the backward start (None: no wait)
+    key: tuple[int, int] | None = None  # (rank, event_id) of the measured collective it was read from
 
     @property
     def lane_ms(self) -> float:
@@ -171,7 +172,7 @@ def _xfer(r, model, lanes: dict) -> Xfer:
                 model_ms=model.model_ms(r.collective, r.bytes or 0, int(r.group_size or 1)) if r.collective else None,
                 measured_ms=r.comm_ms, measured_exposed_ms=(lane.lane_ns - lane.hidden_ns) / NS_PER_MS, link=link,
                 dtype_bytes=float(itemsize(r.dtype)) if r.dtype and itemsize(r.dtype) else None,
-                wait_ms=wait_ns / NS_PER_MS)
+                wait_ms=wait_ns / NS_PER_MS, key=(r.rank, r.event_id))
 
 
 def _ready_ns(r, device_kind: str) -> int:
@@ -274,7 +275,7 @@ def blocking_families(rows) -> dict[str, bool]:
     return {k: comm[k] > 0 and exposed[k] / comm[k] >= BLOCKING_EXPOSED for k in comm}
 
 
-def _passes(rows, kind: str, a, model, pass_ms: float) -> list:
+def _passes(rows, kind: str, device_kind: str, lanes: dict, model, pass_ms: float) -> list:
     """The passes of one step: one per micro-batch with collectives of the step's family."""
     by_mb: dict = defaultdict(list)
     for r in rows:
@@ -283,23 +284,25 @@ def _passes(rows, kind: str, a, model, pass_ms: float) -> list:
     out = []
     for mb in sorted(by_mb, key=lambda m: (m is None, m)):
         if kind == "ddp_bucket":
-            out.append(_ddp_pass(by_mb[mb], model, a.info.device_kind, pass_ms, a.lanes))
+            out.append(_ddp_pass(by_mb[mb], model, device_kind, pass_ms, lanes))
         else:
-            p = _fsdp_pass(by_mb[mb], model, a.info.device_kind, *_fsdp_windows(by_mb[mb]), a.lanes)
+            p = _fsdp_pass(by_mb[mb], model, device_kind, *_fsdp_windows(by_mb[mb]), lanes)
             if p:
                 out.append(p)
     return out
 
 
-def plans(a, model) -> list[StepPlan]:
-    """One StepPlan per (rank, step) of the analysis that has DDP buckets or FSDP units."""
-    blocking = blocking_families(a.collectives)
+def plans(info, collectives, steps: list[dict], lanes: dict, model) -> list[StepPlan]:
+    """One StepPlan per (rank, step) that has DDP buckets or FSDP units: ``collectives`` the
+    run's measured collectives, ``steps`` its measured steps (analyze's rows), ``lanes`` each
+    collective's piece of the comm lane (measure.waits.lanes), ``model`` its comm model."""
+    blocking = blocking_families(collectives)
     by_step: dict[tuple, list] = defaultdict(list)
-    for r in a.collectives:
+    for r in collectives:
         if r.step is not None and r.kind in ("ddp_bucket", "fsdp_unit") and r.collective:
             by_step[(r.rank, r.step)].append(r)
     out = []
-    for s in a.overlap["steps"]:
+    for s in steps:
         rows = by_step.get((s["rank"], s["step"]))
         if not rows:
             continue
@@ -307,9 +310,9 @@ def plans(a, model) -> list[StepPlan]:
         optimizer_ms = min(min(after) / NS_PER_MS if after else 0.0, s["compute_ms"])
         kind = max(("ddp_bucket", "fsdp_unit"), key=lambda k: sum(r.kind == k for r in rows))
         # a pass's compute: the measured compute of the passes shared by the micro-batches
-        microbatches = max(len({r.microbatch for r in rows}), int(a.info.manifest.accumulation_steps or 1))
+        microbatches = max(len({r.microbatch for r in rows}), int(info.manifest.accumulation_steps or 1))
         pass_ms = max(0.0, s["compute_ms"] - optimizer_ms) / microbatches
-        passes = _passes(rows, kind, a, model, pass_ms)
+        passes = _passes(rows, kind, info.device_kind, lanes, model, pass_ms)
         if passes:
             out.append(StepPlan(s["rank"], s["step"], s["step_ms"], s["compute_ms"], s["comm_ms"],
                                 s["exposed_comm_ms"], optimizer_ms, passes, microbatches, blocking.get(kind, False)))

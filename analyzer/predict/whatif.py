@@ -26,12 +26,12 @@ from __future__ import annotations
 from overlapscope.analyzer.headline import overlap_pct, slowest
 from overlapscope.analyzer.units import MS_DIGITS
 from overlapscope.contract.figures import STEP_TIMES, overlap_pct as overlap_of
-from overlapscope.analyzer.whatif import apply, memory
+from overlapscope.analyzer.predict import apply, memory
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.whatif.changes import READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
-from overlapscope.analyzer.whatif.comm import CommModel
-from overlapscope.analyzer.whatif.plan import StepPlan, plans
-from overlapscope.analyzer.whatif.replay import replay_plan
+from overlapscope.analyzer.predict.changes import READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
+from overlapscope.analyzer.predict.comm import CommModel
+from overlapscope.analyzer.predict.plan import StepPlan
+from overlapscope.analyzer.predict.replay import replay_plan
 
 KEYS = (*STEP_TIMES, "overlap_pct")
 
@@ -107,10 +107,10 @@ def _collectives(plan: StepPlan, changed: StepPlan, new) -> list[dict]:
 
 def prepare(a) -> tuple[CommModel, list[StepPlan]]:
     """The run's comm model and measured plans: what every prediction of it starts from
-    (``predict``'s ``prepared``, to predict many changes of one run at the cost of one)."""
-    model = CommModel(a.info.manifest.calibration, a.collectives,
-                      {k: v["bytes_per_s"] for k, v in a.sources["bus_bandwidth_by_kind"].items() if v["bytes_per_s"]})
-    return model, plans(a, model)
+    (``predict``'s ``prepared``, to predict many changes of one run at the cost of one).
+    The buckets report's analysis made them (``buckets.analysis``): its predicted columns
+    are this engine's prediction with no change."""
+    return a.comm_model, a.plans
 
 
 def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, ranks: set[int] | None = None) -> dict:

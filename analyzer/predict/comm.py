@@ -1,11 +1,14 @@
-"""How long a collective takes under a change: the data-parallel model's ring model, fitted to this run.
+"""How long a collective takes: the data-parallel model's ring model, fitted to this run.
+The one comm model of the prediction engine: the ``buckets`` report's predicted comm
+and the what-if's ``model_ms`` are its time of each collective.
 
 Per collective kind, the ring model ``t = hops x alpha + bytes x bus_factor / W``
 (model.ring) with alpha and W fitted by least squares: on the tracer's calibration
 of the kind when it has two sizes or more (measured apart from the run, so without
 contention), else on this trace's own transfers of the kind, else W from the
-buckets report's sources and no latency. The fit gives the shape (how time grows
-with bytes, hops and W); the level comes from the measurement:
+buckets report's sources and no latency, else (a kind with no W of its own) the
+run's W and no latency. The fit gives the shape (how time grows with bytes, hops and
+W); under a change, the level comes from the measurement:
 
 - a collective that the change keeps (same transfer, other bytes, group or W) takes
   its measured time x model(changed) / model(measured);
@@ -31,7 +34,7 @@ class Fit:
     busbw_bytes_per_s: float
     """Bus bandwidth W (bytes/s)."""
     source: str
-    """calibration, trace or sources (the buckets report's W, no latency)."""
+    """calibration, trace, sources (the buckets report's W of the kind, no latency) or run (the run's W, no latency)."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,12 @@ def _fit(points: list[tuple[str, float, int, float]]) -> tuple[float, float] | N
 class CommModel:
     """The fitted ring model of one run (see the module)."""
 
-    def __init__(self, calibration, rows, w_by_kind: dict[str, float]):
+    def __init__(self, calibration, rows, w_by_kind: dict[str, float], w_bytes_per_s: float | None = None):
+        """``w_by_kind``: W of each kind from the buckets report's sources; ``w_bytes_per_s``:
+        the run's W, for a kind with no W of its own."""
         self.fits: dict[str, Fit] = {}
         kinds = {r.collective for r in rows if r.collective} | {c.kind for c in (calibration.collectives if
-                                                                                calibration else [])}
+                                                                                calibration else [])} | set(w_by_kind)
         for kind in sorted(kinds):
             cal = [(c.kind, c.bytes, c.group_size, c.seconds) for c in (calibration.collectives if calibration else [])
                    if c.kind == kind]
@@ -82,8 +87,9 @@ class CommModel:
                     self.fits[kind] = Fit(fitted[0], fitted[1], source)
                     break
             else:
-                if w_by_kind.get(kind):
-                    self.fits[kind] = Fit(0.0, w_by_kind[kind], "sources")
+                if w_by_kind.get(kind) or w_bytes_per_s:
+                    self.fits[kind] = Fit(0.0, w_by_kind.get(kind) or w_bytes_per_s,
+                                          "sources" if w_by_kind.get(kind) else "run")
 
     def terms(self, kind: str, nbytes: float, gpus: int, w_scale: float = 1.0,
               w_bytes_per_s: float | None = None) -> Terms | None:
