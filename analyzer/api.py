@@ -239,3 +239,227 @@ def export_perfetto_run(con, run_id: int, out: str, on_rank=None) -> dict:
         raise UsageError("export --run: give a run of a catalog")
     a, _ = _analysis(con, run_id)
     return export.from_run(con, run_id, out, a, diagnose_run(con, run_id)["findings"], on_rank)
+
+
+# --- stored runs: what the dashboard, the server and the CLI read of a catalog ----------------
+# The front ends read a catalog through these calls, never through the store or its SQL
+# (tests/test_architecture.py holds them to it). ``con`` is a catalog connection (a cursor
+# of ``runs.shared``, or ``runs.open_catalog``'s).
+
+
+def catalog_path(path=None):
+    """The catalog file a command or the server means: ``path``, else ``$OVERLAPSCOPE_DB``, else
+    the user data directory's."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.resolve_path(path)
+
+
+def samples_dir():
+    """The sample runs shipped as package data (one folder per bundle)."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.SAMPLES_DIR
+
+
+def sample_name(bundle) -> str:
+    """A sample run's name: ``sample/<its folder>``."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.sample_name(bundle)
+
+
+def missing_samples(con, folder=None) -> list:
+    """The sample bundles a catalog of samples only lacks (all of them for an empty one)."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.missing_samples(con, folder or catalog.SAMPLES_DIR)
+
+
+def check_run_name(name: str | None) -> str:
+    """A run name as stored, or one line saying what is wrong with it."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.check_run_name(name)
+
+
+def check_tags(tags: dict | None) -> dict:
+    """Tags as stored, or one line saying what is wrong with them."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.check_tags(tags)
+
+
+def max_run_name_chars() -> int:
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.MAX_RUN_NAME_CHARS
+
+
+def runs(con, name: str | None = None) -> list[dict]:
+    """The catalog's runs (of ``name``), newest first, with their headlines (``history --json``)."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.runs(con, name)
+
+
+def run(con, run_id: int) -> dict:
+    """One stored run as ``runs`` lists it."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.run(con, run_id)
+
+
+def run_count(con) -> int:
+    from overlapscope.analyzer import sql
+
+    return sql.one(con, "catalog.count")[0]
+
+
+def run_detail(con, run_id: int) -> dict:
+    """A stored run with its per-rank figures and findings (the API's ``GET /runs/{id}``)."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.detail(con, run_id)
+
+
+def run_of_key(con, idempotency_key: str, pushed_by: str | None) -> int | None:
+    """The run a push with this Idempotency-Key by ``pushed_by`` stored; None."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.run_of_key(con, idempotency_key, pushed_by)
+
+
+def stored_figures(con, run_id: int) -> dict:
+    """The per-rank and per-step figures stored at ingest (what a pruned run keeps)."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.figures(con, run_id)
+
+
+def stored_findings(con, run_id: int) -> list[dict]:
+    """The checklist's findings as stored at ingest."""
+    from overlapscope.analyzer import sql
+
+    return sql.rows(con, "catalog.findings", run_id=run_id)
+
+
+def run_facts(con, run_id: int) -> dict:
+    """Parameters, tokens and device memory of a stored run (``RunInfo.facts``)."""
+    return run_info(con, run_id).facts()
+
+
+def has_analyses(con, run_id: int) -> bool:
+    """Whether a stored run's buckets and model analyses can be shown: stored at ingest, or
+    its events are there to make them (a run pruned before the run store had neither)."""
+    info = run_info(con, run_id)
+    return info.stored or info.pruned_at is None
+
+
+def attribution(con, run_id: int) -> list:
+    """The bucket or unit, phase, bytes and exposed time of each collective of a stored run,
+    as ingest attributed them (measure.collectives.Collective rows)."""
+    from overlapscope.analyzer.measure import collectives, timeline
+
+    info = run_info(con, run_id)
+    if info.stored:
+        return timeline.stored_attribution(info) or []
+    return [] if info.pruned_at is not None else collectives.compute(con, info)
+
+
+def timeline_steps(con, run_id: int) -> list[dict]:
+    """The steps of a run that have a window (``measure.timeline.steps``)."""
+    from overlapscope.analyzer.measure import timeline
+
+    return timeline.steps(con, run_id)
+
+
+def timeline(con, run_id: int, step: int, ranks: list[int], attribution=None, max_marks: int | None = None,
+             aligned: bool = True) -> dict:
+    """One step's timeline of ``ranks`` (``measure.timeline.timeline``; its mark cap by default)."""
+    from overlapscope.analyzer.measure import timeline as timeline_analysis
+
+    marks = {} if max_marks is None else {"max_marks": max_marks}
+    return timeline_analysis.timeline(con, run_id, step, ranks, attribution=attribution, aligned=aligned, **marks)
+
+
+# --- the model's formulas as reports: ``model memory|comm|hide`` (docs/model.md) ---------------
+
+
+def _model_call(fn, *args, **kwargs):
+    """Run a model formula; its ``ValueError`` becomes a one-line ``UsageError``."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
+def model_memory(params: float, gpus: int, k: float, group: int | None) -> dict:
+    """JSON payload of ``model memory``: model-state bytes and GB per GPU per stage."""
+    from overlapscope.analyzer.model.memory import STAGES, model_state_bytes, to_gb
+
+    payload: dict = {"params": params, "gpus": gpus, "k": k, "group": group}
+    stages = [s for s in STAGES if s != "hsdp" or group is not None]
+    for stage in stages:
+        nbytes = _model_call(model_state_bytes, stage, params, gpus, k, group)
+        payload[f"{stage}_bytes"] = nbytes
+        payload[f"{stage}_gb"] = to_gb(nbytes)
+    return payload
+
+
+def model_comm(params: float, gpus: int, stage: str, accum: int, group: int | None,
+                grad_bytes: float, reshard_after_forward: bool,
+                bandwidth: float | None, intra_bandwidth: float | None) -> dict:
+    """JSON payload of ``model comm``: what one GPU sends per optimizer step."""
+    from overlapscope.analyzer.model.memory import comm_per_gpu, stage_collectives, to_gb
+
+    kwargs = dict(accum=accum, group=group, grad_bytes=grad_bytes,
+                  reshard_after_forward=reshard_after_forward)
+    comm = _model_call(comm_per_gpu, stage, params, gpus, **kwargs)
+    colls = _model_call(stage_collectives, stage, params, gpus, **kwargs)
+    payload: dict = {
+        "stage": stage, "params": params, "gpus": gpus, "accum": accum, "group": group,
+        "grad_bytes": grad_bytes, "reshard_after_forward": reshard_after_forward,
+        "elements_per_gpu": comm.elements,
+        "wire_elements_per_gpu": comm.wire_elements,
+        "bytes_per_gpu": comm.bytes,
+        "gb_per_gpu": to_gb(comm.bytes),
+    }
+    if stage == "hsdp":
+        payload.update(intra_bytes_per_gpu=comm.intra_bytes, intra_gb_per_gpu=to_gb(comm.intra_bytes),
+                       inter_bytes_per_gpu=comm.inter_bytes, inter_gb_per_gpu=to_gb(comm.inter_bytes))
+        if bandwidth is not None:
+            payload["inter_ms"] = 1e3 * comm.inter_bytes / bandwidth
+        if intra_bandwidth is not None:
+            payload["intra_ms"] = 1e3 * comm.intra_bytes / intra_bandwidth
+    elif bandwidth is not None:
+        payload["comm_ms"] = 1e3 * comm.bytes / bandwidth
+    payload["collectives"] = [
+        {"kind": c.kind, "tensor": c.tensor, "message_elements": c.message_elements,
+         "bytes_per_element": c.bytes_per_element, "group_size": c.group_size,
+         "count": c.count, "link": c.link, "wire_bytes": c.wire_bytes}
+        for c in colls
+    ]
+    return payload
+
+
+def model_hide(flops: float, bandwidth: float, gpus: int | None, grad_bytes: float,
+                tokens: float | None, stage: str | None) -> dict:
+    """JSON payload of ``model hide``: tokens per GPU per micro-batch that hide the comm."""
+    from overlapscope.analyzer.model.hide import overlap_verdict, stage_tokens_to_hide, tokens_to_hide
+
+    payload: dict = {
+        "flops_per_s": flops, "bandwidth_bytes_per_s": bandwidth, "gpus": gpus,
+        "grad_bytes": grad_bytes,
+        "tokens_to_hide": _model_call(tokens_to_hide, flops, bandwidth, gpus, grad_bytes),
+    }
+    if stage is not None:
+        payload["stage"] = stage
+        payload["stage_tokens_to_hide"] = _model_call(stage_tokens_to_hide, stage, flops, bandwidth,
+                                                gpus, grad_bytes)
+    if tokens is not None:
+        verdict = _model_call(overlap_verdict, tokens, flops, bandwidth, gpus, stage or "ddp", grad_bytes)
+        payload.update(stage=stage or "ddp", stage_tokens_to_hide=verdict.tokens_to_hide,
+                       tokens=tokens, ratio=verdict.ratio, verdict=verdict.verdict,
+                       reason=verdict.reason)
+    return payload

@@ -19,6 +19,7 @@ from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.store import catalog
 from overlapscope.contract import figures
+from overlapscope.contract.figures import group_label
 
 # Headline metrics the gate can hold (those with a better direction), and whether higher is better.
 HIGHER_IS_BETTER = {m.name: m.higher_is_better for m in figures.METRICS if m.name in figures.GATED}
@@ -68,16 +69,6 @@ def regressed(metric: str, value: float | None, baseline: float | None, max_regr
     if pct is None:  # from a zero baseline: any change for the worse counts
         return (value < baseline) if HIGHER_IS_BETTER[metric] else (value > baseline)
     return pct > max_regression_pct
-
-
-def group_label(row: dict) -> str:
-    """``bucket 2 · allreduce``, ``unit blocks.0 · forward_allgather``, ``all_reduce``."""
-    if row["kind"] == "ddp_bucket":
-        return f"bucket {row['id']} · {row['phase']}"
-    if row["kind"] == "fsdp_unit":
-        return f"unit {row['id'] or '(root)'} · {row['phase']}"
-    same = str(row["id"]).replace("_", "") == str(row["phase"]).replace("_", "")
-    return str(row["id"]) if same else f"{row['id']} · {row['phase']}"
 
 
 def _metric_rows(run: dict, base: dict) -> list[dict]:

@@ -1,7 +1,8 @@
 """``overlapscope model memory|comm|hide``: the data-parallel model's formulas on the command line.
 
-A thin layer over ``analyzer.model`` and ``analyzer.model_overlap``: each flag is
-one argument of a library call. Values are read here (not by argparse) so that a
+A thin layer over the library (``analyzer.api``'s ``model_memory``, ``model_comm``
+and ``model_hide``, the formulas of ``analyzer.model`` as reports): each flag is one
+argument of a library call. Values are read here (not by argparse) so that a
 bad value is one ``UsageError`` line and exit status 2.
 
 Numbers (``--params``, ``--flops``, ``--bandwidth``, ``--tokens``, and the
@@ -22,9 +23,10 @@ import argparse
 import json
 import re
 
+from overlapscope.analyzer.api import model_comm as comm_report, model_hide as hide_report, \
+    model_memory as memory_report
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.model.memory import STAGES, comm_per_gpu, model_state_bytes, stage_collectives, to_gb
-from overlapscope.analyzer.model.hide import overlap_verdict, stage_tokens_to_hide, tokens_to_hide
+from overlapscope.analyzer.model.memory import STAGES, to_gb
 
 NUMBER_HELP = "e.g. 13e9, 13B, 1.5M, 400T (K=1e3 M=1e6 B=G=1e9 T=1e12 P=1e15)"
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
@@ -63,14 +65,6 @@ def _optional(text: str | None, read, flag: str):
     return None if text is None else read(text, flag)
 
 
-def _call(fn, *args, **kwargs):
-    """Run a model function; its ``ValueError`` becomes a one-line ``UsageError``."""
-    try:
-        return fn(*args, **kwargs)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-
-
 # --- output ---------------------------------------------------------------------------
 
 
@@ -94,17 +88,6 @@ def _fmt(value: float, digits: int = 3) -> str:
 # --- model memory -----------------------------------------------------------------------
 
 
-def memory_report(params: float, gpus: int, k: float, group: int | None) -> dict:
-    """JSON payload of ``model memory``: model-state bytes and GB per GPU per stage."""
-    payload: dict = {"params": params, "gpus": gpus, "k": k, "group": group}
-    stages = [s for s in STAGES if s != "hsdp" or group is not None]
-    for stage in stages:
-        nbytes = _call(model_state_bytes, stage, params, gpus, k, group)
-        payload[f"{stage}_bytes"] = nbytes
-        payload[f"{stage}_gb"] = to_gb(nbytes)
-    return payload
-
-
 def _run_memory(args: argparse.Namespace) -> int:
     payload = memory_report(
         params=parse_quantity(args.params, "--params"),
@@ -124,40 +107,6 @@ def _run_memory(args: argparse.Namespace) -> int:
 
 
 # --- model comm -------------------------------------------------------------------------
-
-
-def comm_report(params: float, gpus: int, stage: str, accum: int, group: int | None,
-                grad_bytes: float, reshard_after_forward: bool,
-                bandwidth: float | None, intra_bandwidth: float | None) -> dict:
-    """JSON payload of ``model comm``: what one GPU sends per optimizer step."""
-    kwargs = dict(accum=accum, group=group, grad_bytes=grad_bytes,
-                  reshard_after_forward=reshard_after_forward)
-    comm = _call(comm_per_gpu, stage, params, gpus, **kwargs)
-    colls = _call(stage_collectives, stage, params, gpus, **kwargs)
-    payload: dict = {
-        "stage": stage, "params": params, "gpus": gpus, "accum": accum, "group": group,
-        "grad_bytes": grad_bytes, "reshard_after_forward": reshard_after_forward,
-        "elements_per_gpu": comm.elements,
-        "wire_elements_per_gpu": comm.wire_elements,
-        "bytes_per_gpu": comm.bytes,
-        "gb_per_gpu": to_gb(comm.bytes),
-    }
-    if stage == "hsdp":
-        payload.update(intra_bytes_per_gpu=comm.intra_bytes, intra_gb_per_gpu=to_gb(comm.intra_bytes),
-                       inter_bytes_per_gpu=comm.inter_bytes, inter_gb_per_gpu=to_gb(comm.inter_bytes))
-        if bandwidth is not None:
-            payload["inter_ms"] = 1e3 * comm.inter_bytes / bandwidth
-        if intra_bandwidth is not None:
-            payload["intra_ms"] = 1e3 * comm.intra_bytes / intra_bandwidth
-    elif bandwidth is not None:
-        payload["comm_ms"] = 1e3 * comm.bytes / bandwidth
-    payload["collectives"] = [
-        {"kind": c.kind, "tensor": c.tensor, "message_elements": c.message_elements,
-         "bytes_per_element": c.bytes_per_element, "group_size": c.group_size,
-         "count": c.count, "link": c.link, "wire_bytes": c.wire_bytes}
-        for c in colls
-    ]
-    return payload
 
 
 def _run_comm(args: argparse.Namespace) -> int:
@@ -192,26 +141,6 @@ def _run_comm(args: argparse.Namespace) -> int:
 
 
 # --- model hide ---------------------------------------------------------------------------
-
-
-def hide_report(flops: float, bandwidth: float, gpus: int | None, grad_bytes: float,
-                tokens: float | None, stage: str | None) -> dict:
-    """JSON payload of ``model hide``: tokens per GPU per micro-batch that hide the comm."""
-    payload: dict = {
-        "flops_per_s": flops, "bandwidth_bytes_per_s": bandwidth, "gpus": gpus,
-        "grad_bytes": grad_bytes,
-        "tokens_to_hide": _call(tokens_to_hide, flops, bandwidth, gpus, grad_bytes),
-    }
-    if stage is not None:
-        payload["stage"] = stage
-        payload["stage_tokens_to_hide"] = _call(stage_tokens_to_hide, stage, flops, bandwidth,
-                                                gpus, grad_bytes)
-    if tokens is not None:
-        verdict = _call(overlap_verdict, tokens, flops, bandwidth, gpus, stage or "ddp", grad_bytes)
-        payload.update(stage=stage or "ddp", stage_tokens_to_hide=verdict.tokens_to_hide,
-                       tokens=tokens, ratio=verdict.ratio, verdict=verdict.verdict,
-                       reason=verdict.reason)
-    return payload
 
 
 def _run_hide(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ direction and labels from, and the typed rows they come in.
 - ``METRICS``: the headline's metrics, one row each (JSON key, unit, whether higher is
   better, the label a table or chart gives it). The CLI's tables, the gate (``check``),
   History, Compare, the export and the API read it; the catalog stores these metrics.
+- ``group_label``: the name of a bucket, unit or other collective and its phase.
 - ``overlap_pct``: 100 x (comm - exposed) / comm, null where there is no comm (nothing
   to overlap), everywhere: per rank, per step, in the headline and in a replay.
 - ``RankFigures``, ``StepFigures``, ``Headline``: the rows of ``analyze --json`` and
@@ -54,6 +55,17 @@ BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 GATED: tuple[str, ...] = tuple(m.name for m in METRICS if m.higher_is_better is not None)
 # the per-step times of a figure set (analyze's step rows, the what-if's four figure sets)
 STEP_TIMES: tuple[str, ...] = ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms")
+
+
+def group_label(row: dict) -> str:
+    """How tables, charts and the gate name a bucket, unit or other collective and its phase:
+    ``bucket 2 · allreduce``, ``unit blocks.0 · forward_allgather``, ``all_reduce``."""
+    if row["kind"] == "ddp_bucket":
+        return f"bucket {row['id']} · {row['phase']}"
+    if row["kind"] == "fsdp_unit":
+        return f"unit {row['id'] or '(root)'} · {row['phase']}"
+    same = str(row["id"]).replace("_", "") == str(row["phase"]).replace("_", "")
+    return str(row["id"]) if same else f"{row['id']} · {row['phase']}"
 
 
 def overlap_pct(comm, exposed) -> float | None:

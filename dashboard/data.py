@@ -20,12 +20,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from overlapscope.analyzer import api, gate, sql
+from overlapscope.analyzer import api, gate
 from overlapscope.analyzer import runs as library_runs
 from overlapscope.analyzer.errors import CatalogBusy  # also what a page shows after WAIT_S
-from overlapscope.analyzer.measure import collectives, timeline as timeline_analysis
-from overlapscope.analyzer.store import catalog
-from overlapscope.analyzer.store.runinfo import run_info
 
 WAIT_S = 10.0  # how long a page waits for a catalog another process is writing
 
@@ -48,11 +45,11 @@ def write(db: str, work, wait_s: float | None = None):
 
 def prepare_catalog(db: str, load_samples: bool, samples_dir: str | None = None) -> list[int]:
     """Create the catalog if needed; load the sample runs a catalog of samples only lacks
-    (``catalog.missing_samples``: all of them into an empty one)."""
-    folder = Path(samples_dir) if samples_dir else catalog.SAMPLES_DIR
+    (``api.missing_samples``: all of them into an empty one)."""
+    folder = Path(samples_dir) if samples_dir else api.samples_dir()
     if Path(db).exists():
         with connect(db) as con:
-            if not load_samples or not catalog.missing_samples(con, folder):
+            if not load_samples or not api.missing_samples(con, folder):
                 return []
     if not load_samples:
         write(db, lambda con: None)  # creates the file
@@ -62,9 +59,9 @@ def prepare_catalog(db: str, load_samples: bool, samples_dir: str | None = None)
 
 @st.cache_data(ttl=3, show_spinner=False)
 def runs(db: str) -> list[dict]:
-    """The catalog's runs, newest first (``catalog.runs``), cached for a few seconds."""
+    """The catalog's runs, newest first (``api.runs``), cached for a few seconds."""
     with connect(db) as con:
-        return catalog.runs(con)
+        return api.runs(con)
 
 
 def stamp(run: dict) -> str:
@@ -80,14 +77,11 @@ def analysis(db: str, run_id: int, run_stamp: str) -> dict:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def attribution(db: str, run_id: int, run_stamp: str) -> list[collectives.Collective]:
+def attribution(db: str, run_id: int, run_stamp: str) -> list:
     """The bucket or unit, phase, bytes and exposed time of each collective, as ingest
-    attributed them (shared, not copied: callers only read it)."""
+    attributed them (``api.attribution``; shared, not copied: callers only read it)."""
     with connect(db) as con:
-        info = run_info(con, run_id)
-        if info.stored:
-            return timeline_analysis.stored_attribution(info) or []
-        return [] if info.pruned_at is not None else collectives.compute(con, info)
+        return api.attribution(con, run_id)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -95,8 +89,7 @@ def has_analyses(db: str, run_id: int, run_stamp: str) -> bool:
     """Whether the run's buckets and model analyses can be shown: stored at ingest, or its
     events are there to make them (a run pruned before the run store had neither)."""
     with connect(db) as con:
-        info = run_info(con, run_id)
-        return info.stored or info.pruned_at is None
+        return api.has_analyses(con, run_id)
 
 
 @st.cache_data(show_spinner="Reading the collectives...", max_entries=32)
@@ -143,24 +136,23 @@ def whatif(db: str, run_id: int, run_stamp: str, flags: tuple[tuple[str, object]
 def facts(db: str, run_id: int, run_stamp: str) -> dict:
     """Parameters, tokens and device memory of the run (``RunInfo.facts``)."""
     with connect(db) as con:
-        return run_info(con, run_id).facts()
+        return api.run_facts(con, run_id)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def steps(db: str, run_id: int, run_stamp: str) -> list[dict]:
-    """The steps that have a window (``timeline.steps``)."""
+    """The steps that have a window (``api.timeline_steps``)."""
     with connect(db) as con:
-        return timeline_analysis.steps(con, run_id)
+        return api.timeline_steps(con, run_id)
 
 
 @st.cache_data(show_spinner="Building the timeline...", max_entries=64)
 def timeline(db: str, run_id: int, run_stamp: str, step: int, ranks: tuple[int, ...], max_marks: int,
              aligned: bool = True) -> dict:
-    """``timeline.timeline`` of one step, with the cached attribution (ranks on one clock unless not ``aligned``)."""
+    """``api.timeline`` of one step, with the cached attribution (ranks on one clock unless not ``aligned``)."""
     rows = attribution(db, run_id, run_stamp)
     with connect(db) as con:
-        return timeline_analysis.timeline(con, run_id, step, list(ranks), attribution=rows, max_marks=max_marks,
-                                          aligned=aligned)
+        return api.timeline(con, run_id, step, list(ranks), attribution=rows, max_marks=max_marks, aligned=aligned)
 
 
 def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None, pushed_by: str | None = None,
@@ -184,14 +176,14 @@ def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None, pu
 def figures(db: str, run_id: int, run_stamp: str) -> dict:
     """The per-rank and per-step figures stored at ingest (what a pruned run keeps)."""
     with connect(db) as con:
-        return catalog.figures(con, run_id)
+        return api.stored_figures(con, run_id)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def findings(db: str, run_id: int, run_stamp: str) -> list[dict]:
     """The checklist's findings as stored at ingest."""
     with connect(db) as con:
-        return sql.rows(con, "catalog.findings", run_id=run_id)
+        return api.stored_findings(con, run_id)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

@@ -16,8 +16,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from overlapscope.analyzer import runs
-from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer import api, runs
 
 
 @dataclass
@@ -43,7 +42,7 @@ def _load(db: str, bundles: list[Path], quiet: bool) -> None:
     shared = runs.shared(db)
     try:
         for bundle in bundles:
-            shared.write(lambda con, b=bundle: runs.ingest(con, [str(b)], name=catalog.sample_name(b),
+            shared.write(lambda con, b=bundle: runs.ingest(con, [str(b)], name=api.sample_name(b),
                                                            tags={"sample": "true"}), 600.0)
             PROGRESS.done += 1
             if not quiet:
@@ -57,10 +56,10 @@ def _load(db: str, bundles: list[Path], quiet: bool) -> None:
 
 
 def start(db: str, samples_dir: Path, quiet: bool = False) -> threading.Thread | None:
-    """Begin loading the samples ``db`` lacks (``catalog.missing_samples``: all of them into an
+    """Begin loading the samples ``db`` lacks (``api.missing_samples``: all of them into an
     empty catalog, the rest of them after a first start stopped while loading, none once the
     user has stored a run); None when there is nothing to load."""
-    bundles = runs.shared(db).write(lambda con: catalog.missing_samples(con, samples_dir), 600.0)
+    bundles = runs.shared(db).write(lambda con: api.missing_samples(con, samples_dir), 600.0)
     if not bundles:
         return None
     PROGRESS.total, PROGRESS.done, PROGRESS.running, PROGRESS.error = len(bundles), 0, True, None

@@ -14,6 +14,7 @@ from overlapscope.analyzer.checklist.findings import STATUS_ORDER
 from overlapscope.analyzer.model import hide, memory
 from overlapscope.analyzer.model.hide import BACKWARD_SHARE
 from overlapscope.contract import figures
+from overlapscope.contract.figures import group_label
 # Material icons ship with Streamlit's frontend (emoji need a system font).
 STATUS_ICON = {"fail": ":material/cancel:", "warn": ":material/warning:", "pass": ":material/check_circle:",
                "n/a": ":material/remove_circle_outline:"}
@@ -62,16 +63,6 @@ def default_ranks(ranks: list[dict], slowest: int | None, limit: int = 4) -> lis
 
 
 # --- buckets and units ---------------------------------------------------------------
-
-
-def group_label(row: dict) -> str:
-    """``bucket 2 · allreduce``, ``unit blocks.0 · forward_allgather``, ``all_reduce``."""
-    if row["kind"] == "ddp_bucket":
-        return f"bucket {row['id']} · {row['phase']}"
-    if row["kind"] == "fsdp_unit":
-        return f"unit {row['id'] or '(root)'} · {row['phase']}"
-    same = str(row["id"]).replace("_", "") == str(row["phase"]).replace("_", "")
-    return str(row["id"]) if same else f"{row['id']} · {row['phase']}"
 
 
 def group_rows(summary: list[dict], top: int = 40) -> list[dict]:

@@ -44,11 +44,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from overlapscope.analyzer import gate, sql
-from overlapscope.analyzer import runs
+from overlapscope.analyzer import api as library, gate, runs
 from overlapscope.analyzer.ingest import limits
 from overlapscope.analyzer.errors import CatalogBusy, InputError, RunNotFound, UsageError
-from overlapscope.analyzer.store import catalog
 from overlapscope.server import auth, uploads
 from overlapscope.server.settings import Settings
 from overlapscope.contract import api as c
@@ -207,7 +205,7 @@ class Api:
     async def health(self, request: Request) -> Response:
         try:
             runs = await asyncio.wrap_future(self._reads.submit(
-                self._read_now, lambda con: sql.one(con, "catalog.count")[0]))
+                self._read_now, lambda con: library.run_count(con)))
         except CatalogBusy as err:
             return _busy(err)
         return _json({"version": version(), "runs": runs, "writes": self._tokens().configured,
@@ -215,11 +213,11 @@ class Api:
 
     async def list_runs(self, request: Request) -> Response:
         name = request.query_params.get("name") or None
-        return await self._read(lambda con: {"runs": catalog.runs(con, name)})
+        return await self._read(lambda con: {"runs": library.runs(con, name)})
 
     async def get_run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        return await self._read(lambda con: catalog.detail(con, run_id))
+        return await self._read(lambda con: library.run_detail(con, run_id))
 
     async def check(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -236,7 +234,6 @@ class Api:
         return await self._read(lambda con: gate.check(con, run_id, baseline, metric, max_pct))
 
     async def whatif(self, request: Request) -> Response:
-        from overlapscope.analyzer import api
         from overlapscope.analyzer.predict import changes as whatif_changes
 
         run_id = request.path_params["run_id"]
@@ -252,19 +249,18 @@ class Api:
             sweep = whatif_changes.sweep(spec, base) if spec else None
         except UsageError as err:
             return _error(400, str(err))
-        return await self._read(lambda con: api.whatif_run(con, run_id, base, sweep))
+        return await self._read(lambda con: library.whatif_run(con, run_id, base, sweep))
 
     async def perfetto(self, request: Request) -> Response:
         from starlette.background import BackgroundTask
         from starlette.responses import FileResponse
 
-        from overlapscope.analyzer import api
 
         run_id = request.path_params["run_id"]
         folder = tempfile.mkdtemp(prefix="overlapscope-export-")
         out = os.path.join(folder, f"run-{run_id}.perfetto.json.gz")
         cleanup = BackgroundTask(shutil.rmtree, folder, ignore_errors=True)
-        response = await self._read(lambda con: api.export_perfetto_run(con, run_id, out))
+        response = await self._read(lambda con: library.export_perfetto_run(con, run_id, out))
         if response.status_code != 200:
             shutil.rmtree(folder, ignore_errors=True)
             return response
@@ -330,8 +326,8 @@ class Api:
         if not (request.query_params.get("name") or "").strip():
             return _error(400, f"give the run a name: POST {PREFIX}{c.RUNS}?name=NAME")
         try:
-            name = catalog.check_run_name(request.query_params.get("name"))
-            tags = catalog.check_tags(parse_tags(request.query_params.getlist("tag")))
+            name = library.check_run_name(request.query_params.get("name"))
+            tags = library.check_tags(parse_tags(request.query_params.getlist("tag")))
             key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
         except UsageError as err:
             return _error(400, str(err))
@@ -376,21 +372,21 @@ class Api:
 
     @staticmethod
     def _keyed(key: str, who: str):
-        """A read: the run (as ``catalog.run`` lists it) that ``key`` stored for ``who``, or None."""
+        """A read: the run (as ``api.run`` lists it) that ``key`` stored for ``who``, or None."""
         def work(con):
-            run_id = catalog.run_of_key(con, key, who)
-            return None if run_id is None else catalog.run(con, run_id)
+            run_id = library.run_of_key(con, key, who)
+            return None if run_id is None else library.run(con, run_id)
         return work
 
     async def _store(self, prepared, name: str, tags: dict, who: str, key: str | None) -> tuple[dict, bool]:
         """Commit on the writer thread, unless ``key`` stored a run meanwhile: (the run, stored now)."""
         def store(con):
             try:
-                found = catalog.run_of_key(con, key, who) if key is not None else None
+                found = library.run_of_key(con, key, who) if key is not None else None
                 if found is not None:  # checked on the single writer: no two runs get one key
                     prepared.discard()
-                    return catalog.run(con, found), False
-                return catalog.run(con, runs.commit(con, prepared, name, tags, pushed_by=who,
+                    return library.run(con, found), False
+                return library.run(con, runs.commit(con, prepared, name, tags, pushed_by=who,
                                                     idempotency_key=key)), True
             except BaseException:
                 prepared.discard()  # not committed: its staging folder goes (commit removed a published one)

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer import api
 
 ENV_DB = "OVERLAPSCOPE_DB"
 ENV_MAX_UPLOAD_MB = "OVERLAPSCOPE_MAX_UPLOAD_MB"
@@ -24,14 +24,14 @@ class Settings:
     """What the dashboard serves and its limits."""
 
     db_path: Path
-    """The catalog file: ``$OVERLAPSCOPE_DB``, else the user data directory (``catalog.default_path``)."""
+    """The catalog file: ``$OVERLAPSCOPE_DB``, else the user data directory (``api.catalog_path``)."""
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_MB * BYTES_PER_MB
     """Largest total size of one upload (``$OVERLAPSCOPE_MAX_UPLOAD_MB``, in MiB)."""
     load_samples: bool = True
     """Load the runs of ``sample_traces/`` into an empty catalog (``$OVERLAPSCOPE_NO_SAMPLES=1`` turns it off)."""
     timeline_marks: int = DEFAULT_TIMELINE_MARKS
     """Most marks one timeline chart draws before lanes merge into busy blocks (``$OVERLAPSCOPE_TIMELINE_MARKS``)."""
-    samples_dir: Path = catalog.SAMPLES_DIR
+    samples_dir: Path = api.samples_dir()
     """Where the sample runs are (one folder per run): ``$OVERLAPSCOPE_SAMPLES_DIR``, else ``sample_traces/``."""
     api_tokens: Path | None = None
     """The token file (``token name`` lines) that lets clients write: ``$OVERLAPSCOPE_API_TOKENS``;
@@ -66,12 +66,12 @@ def _int(environ, name: str, default: int) -> int:
 def from_env(environ=None) -> Settings:
     """Settings from ``environ`` (default ``os.environ``)."""
     environ = os.environ if environ is None else environ
-    db = environ.get(ENV_DB) or str(catalog.default_path())
+    db = environ.get(ENV_DB) or str(api.catalog_path())
     return Settings(
         db_path=Path(db).expanduser().resolve(),
         max_upload_bytes=_int(environ, ENV_MAX_UPLOAD_MB, DEFAULT_MAX_UPLOAD_MB) * BYTES_PER_MB,
         load_samples=environ.get(ENV_NO_SAMPLES, "") not in ("1", "true", "yes"),
         timeline_marks=_int(environ, ENV_TIMELINE_MARKS, DEFAULT_TIMELINE_MARKS),
-        samples_dir=Path(environ.get(ENV_SAMPLES_DIR) or catalog.SAMPLES_DIR),
+        samples_dir=Path(environ.get(ENV_SAMPLES_DIR) or api.samples_dir()),
         api_tokens=Path(environ[ENV_API_TOKENS]).expanduser().resolve() if environ.get(ENV_API_TOKENS) else None,
     )

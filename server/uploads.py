@@ -20,7 +20,6 @@ from pathlib import Path
 from overlapscope.analyzer import api
 from overlapscope.analyzer.ingest import inputs
 from overlapscope.analyzer.ingest.limits import Limits
-from overlapscope.analyzer.store import catalog
 from overlapscope.server import spool
 from overlapscope.analyzer.errors import InputError, UsageError
 
@@ -75,7 +74,7 @@ def parse_tags(text: str) -> dict:
 
 def check_form(name: str, tag_text: str) -> tuple[str, dict]:
     """The run name and tags as they will be stored, or a ``UsageError`` (the catalog's rules)."""
-    return catalog.check_run_name(name), catalog.check_tags(parse_tags(tag_text))
+    return api.check_run_name(name), api.check_tags(parse_tags(tag_text))
 
 
 def default_run_name(names: list[str]) -> str:
@@ -85,7 +84,7 @@ def default_run_name(names: list[str]) -> str:
     common = os.path.commonprefix(stems).rstrip("-_.") if stems else ""
     common = re.sub(r"[-_.]?(rank|worker)$", "", common, flags=re.IGNORECASE)
     name = "".join(ch if ch.isprintable() else "_" for ch in (common or (stems[0] if stems else ""))).lstrip("# ")
-    return name[:catalog.MAX_RUN_NAME_CHARS].strip() or "upload"
+    return name[:api.max_run_name_chars()].strip() or "upload"
 
 
 MAX_FILE_NAME_BYTES = 160  # well under the 255 bytes of common file systems, with room for a "N-" prefix
