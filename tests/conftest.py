@@ -1,8 +1,17 @@
-"""Shared fixtures: paths to the reference traces and the sample runs."""
+"""Shared fixtures: paths to the reference traces and the sample runs.
+
+The tests mirror the packages: ``tests/<package>/test_*.py`` (``tests/analyzer/predict/``
+for ``analyzer.predict``; ``tests/analyzer/test_gate.py`` for the one-module
+``analyzer.gate``), and the tests of the whole product (architecture, docs, packaging)
+stay here. Helpers (``builders.py``, ``intervals_ref.py``, ...) live here too, and test
+modules import helpers from each other (a running server, a browser, a hand-built
+trace): every test folder is on the import path, put there before any test module loads.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -14,6 +23,10 @@ os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="overlapscope-test-data-")
 os.environ.pop("OVERLAPSCOPE_DB", None)
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+for _folder in sorted(p.parent for p in TESTS.rglob("test_*.py")):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 REFERENCE = Path(os.environ.get("OVERLAPSCOPE_REFERENCE_TRACES", ROOT.parent / "shared" / "reference_traces"))
 SAMPLES = ROOT / "sample_traces"
 
@@ -37,7 +50,7 @@ def samples_dir() -> Path:
     return SAMPLES
 
 
-# --- the dashboard's runs (tests/test_dashboard_*.py, tests/test_timeline.py) ------------
+# --- the dashboard's runs (tests/dashboard/test_dashboard_*.py, tests/analyzer/measure/test_timeline.py) ---
 
 # Sample bundles the dashboard tests prefer: an FSDP run with a manifest (the model
 # page has its parameters and tokens) and a DDP run (for compare).

@@ -171,6 +171,30 @@ def test_the_dashboard_and_the_server_reach_the_catalog_through_the_library():
         assert not (graph[front] & below), (front, graph[front] & below)
 
 
+WHOLE_PRODUCT_TESTS = {"test_architecture.py", "test_docs.py", "test_packaging.py"}
+
+
+def test_the_tests_mirror_the_packages():
+    """``tests/<package>/`` holds a package's tests (``tests/analyzer/predict/`` for
+    analyzer.predict); a test file directly in ``tests/analyzer/`` is named after a one-module
+    package (``test_gate.py``: analyzer.gate); only the whole product's tests sit in tests/."""
+    tests = ROOT / "tests"
+    wrong = []
+    for path in tests.rglob("test_*.py"):
+        folder = path.parent.relative_to(tests)
+        if folder == Path("."):
+            if path.name not in WHOLE_PRODUCT_TESTS:
+                wrong.append(str(path.relative_to(ROOT)))
+            continue
+        package = ".".join(folder.parts)
+        if package == "analyzer" and path.stem.removeprefix("test_") in {p.split(".")[1] for p in LAYERS
+                                                                         if p.startswith("analyzer.")}:
+            continue
+        if package not in LAYERS or package == "analyzer":
+            wrong.append(str(path.relative_to(ROOT)))
+    assert wrong == [], "test files outside their package's folder: " + str(wrong)
+
+
 def test_the_map_checker_finds_a_hidden_import(tmp_path):
     """The collapsed graph sees a function-level import, and a two-way pair of packages is a cycle."""
     module = tmp_path / "m.py"

@@ -11,7 +11,7 @@
 
 Both apply one set of checks (``_check``): known phases, field types, timestamps
 and durations (missing, negative, non-finite or out-of-range ones drop the event,
-counted by reason), and give the same Frame: tests/test_decoders_agree.py compares
+counted by reason), and give the same Frame: tests/analyzer/ingest/test_decoders_agree.py compares
 them on every trace and hostile input they take.
 """
 

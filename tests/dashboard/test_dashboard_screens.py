@@ -11,7 +11,7 @@ the 8-rank run settled warm (its time written beside the screenshots; the 2 s ta
 benchmark_dashboard's).
 
 The 8-rank run is the 2-rank sample copied to 8 ranks: capturing a real 8-rank gloo run
-(tests/test_straggler_gloo.py) takes over a minute on 2 busy cores.
+(tests/analyzer/measure/test_straggler_gloo.py) takes over a minute on 2 busy cores.
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ import example_runner
 torch = pytest.importorskip("torch")
 
 from overlapscope.tracer.examples.model import MODEL_SIZES, TinyLM  # noqa: E402
+from conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 240
 EXAMPLE = [sys.executable, "-m", "overlapscope.tracer.examples.train"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",

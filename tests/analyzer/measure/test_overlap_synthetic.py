@@ -169,7 +169,7 @@ def test_exposed_comm_that_runs_into_the_next_step(tmp_path):
 def test_late_comm_beside_the_next_steps_own_is_that_steps_own(tmp_path):
     # What one step spills out is not what the next takes in when the two steps' work runs
     # side by side: that time is the window's own step's (docs/definitions.md). A real gloo
-    # capture did this (tests/test_gloo_ddp.py): step 1's last all-reduce beside step 2's first.
+    # capture did this (tests/analyzer/measure/test_gloo_ddp.py): step 1's last all-reduce beside step 2's first.
     #   step 1 window [0, 100), step 2 window [100, 200)
     #   compute (step 1)  |=======|                           0 .. 80
     #   comm    (step 1)          |==========|                80 .. 140, stream 20

@@ -2,7 +2,7 @@
 
 Expected values come from the lesson the model is built on ("the seed"; docs/model.md
 restates its worked example and check answers);
-see tests/test_model.py for the rounding rule. The JSON keys checked here are the
+see tests/analyzer/model/test_model.py for the rounding rule. The JSON keys checked here are the
 contract of issue #4: they may gain siblings, never be renamed.
 """
 

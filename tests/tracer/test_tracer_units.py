@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -25,8 +24,8 @@ from overlapscope.tracer import (  # noqa: E402
     Tracer,
 )
 from overlapscope.tracer.examples.train import main  # noqa: E402
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_contract_strings():

@@ -13,8 +13,9 @@ from streamlit.testing.v1 import AppTest
 from overlapscope.dashboard.text import md
 from overlapscope.analyzer import runs
 from overlapscope.analyzer.store import runstore
+from conftest import ROOT
 
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+APP = str(ROOT / "dashboard" / "app.py")
 RUN_PAGES = ["views/overview.py", "views/timeline.py", "views/buckets.py", "views/model.py",
              "views/checklist.py", "views/compare.py", "views/history.py"]
 PAGES = RUN_PAGES + ["views/upload.py"]

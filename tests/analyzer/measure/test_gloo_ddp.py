@@ -5,16 +5,15 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from overlapscope.analyzer.api import analyze
-from conftest import step_parts_ms
+from conftest import TESTS, step_parts_ms
 from intervals_ref import gloo_overlap, gloo_steps, read
 
 pytest.importorskip("torch")
-HERE = Path(__file__).parent
+HERE = TESTS  # capture_ddp.py, a helper beside conftest.py
 
 
 def free_port() -> int:

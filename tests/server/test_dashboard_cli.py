@@ -18,6 +18,7 @@ from overlapscope.analyzer.store import catalog
 from overlapscope import cli
 from overlapscope.cli import dashboard as cli_dashboard
 from overlapscope.server.settings import from_env
+from conftest import ROOT
 
 
 def args(**kw) -> Namespace:
@@ -50,7 +51,7 @@ def test_server_environment_and_streamlit_options(tmp_path):
     assert options["server.port"] == 9123 and options["server.maxUploadSize"] == 64
     assert options["server.address"] == "127.0.0.1" and options["browser.gatherUsageStats"] is False
     assert options["client.showErrorDetails"] == "none", "no traceback (server paths) reaches a visitor"
-    assert server.app_path() == Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    assert server.app_path() == ROOT / "dashboard" / "app.py"
 
 
 def test_default_catalog_is_the_user_data_dir(tmp_path):

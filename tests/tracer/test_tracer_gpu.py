@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 torch = pytest.importorskip("torch")
 
@@ -18,7 +19,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(tmp_path: Path, parallel: str) -> tuple[dict, list[dict]]:
