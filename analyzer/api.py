@@ -463,3 +463,17 @@ def model_hide(flops: float, bandwidth: float, gpus: int | None, grad_bytes: flo
                        tokens=tokens, ratio=verdict.ratio, verdict=verdict.verdict,
                        reason=verdict.reason)
     return payload
+
+
+def model_tokens_to_hide(row: dict) -> float:
+    """Tokens per GPU per micro-batch that hide a step's comm, from one row of the buckets
+    report's ``model`` (its F, W, stage, GPUs, bytes and HSDP terms): what the analysis gives
+    as ``tokens_to_hide``, for an analysis stored without it. A ``UsageError`` says why not."""
+    from overlapscope.analyzer.model.hide import stage_tokens_to_hide
+
+    replicas = row.get("replicas")  # HSDP: zero3 in the shard group plus the replica all-reduce
+    return _model_call(stage_tokens_to_hide, "hsdp" if replicas else row.get("stage"), row.get("flops_per_s"),
+                       row.get("bus_bandwidth_bytes_per_s"), row.get("gpus"),
+                       grad_bytes=row.get("grad_bytes") or 2.0, weight_bytes=row.get("weight_bytes") or 2.0,
+                       reduce_bandwidth_bytes_per_s=row.get("reduce_bus_bandwidth_bytes_per_s"), replicas=replicas,
+                       replicate_bandwidth_bytes_per_s=row.get("replicate_bus_bandwidth_bytes_per_s"))

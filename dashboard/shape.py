@@ -10,7 +10,9 @@ import shlex
 import statistics
 from collections import defaultdict
 
+from overlapscope.analyzer import api
 from overlapscope.analyzer.checklist.findings import STATUS_ORDER
+from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.model import hide, memory
 from overlapscope.analyzer.model.hide import BACKWARD_SHARE
 from overlapscope.contract import figures
@@ -77,9 +79,9 @@ def group_rows(summary: list[dict], top: int = 40) -> list[dict]:
 def hide_threshold(model_rows: list[dict]) -> dict:
     """Tokens per GPU at which comm time equals the backward time that hides it (T_hide).
 
-    From the buckets analysis' model (the model's stage-aware threshold); when it
-    has no verdict (tokens unknown) but F, W and the stage are known, computed
-    here with the same function. ``missing`` names what stops it.
+    From the buckets analysis' model (the model's stage-aware threshold); where a
+    stored analysis lacks it but has F, W and the stage, the library computes it from
+    them (``api.model_tokens_to_hide``). ``missing`` names what stops it.
     """
     m = model_rows[0] if model_rows else {}
     f, w, stage, gpus = m.get("flops_per_s"), m.get("bus_bandwidth_bytes_per_s"), m.get("stage"), m.get("gpus")
@@ -87,15 +89,9 @@ def hide_threshold(model_rows: list[dict]) -> dict:
     missing = [name for name, value in (("F (achieved FLOP/s)", f), ("W (bus bandwidth)", w),
                                         ("a DDP or FSDP stage", stage)) if not value]
     if t_hide is None and not missing and gpus and gpus > 1:
-        replicas = m.get("replicas")  # HSDP: zero3 in the shard group plus the replica all-reduce
         try:
-            t_hide = hide.stage_tokens_to_hide("hsdp" if replicas else stage, f, w, gpus,
-                                               grad_bytes=m.get("grad_bytes") or 2.0,
-                                               weight_bytes=m.get("weight_bytes") or 2.0,
-                                               reduce_bandwidth_bytes_per_s=m.get("reduce_bus_bandwidth_bytes_per_s"),
-                                               replicas=replicas, replicate_bandwidth_bytes_per_s=m.get(
-                                                   "replicate_bus_bandwidth_bytes_per_s"))
-        except ValueError as err:
+            t_hide = api.model_tokens_to_hide(m)
+        except UsageError as err:
             missing.append(str(err))
     if gpus is not None and gpus <= 1:
         missing.append("more than one data-parallel rank")
