@@ -296,6 +296,14 @@ def max_run_name_chars() -> int:
     return catalog.MAX_RUN_NAME_CHARS
 
 
+def resolve_run(con, ref: str | int) -> int:
+    """The run id ``--run`` means: the newest run of that name, or #ID (digits that no run is
+    named are an id); ``RunNotFound`` names what was asked."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog.resolve_run(con, ref)
+
+
 def runs(con, name: str | None = None) -> list[dict]:
     """The catalog's runs (of ``name``), newest first, with their headlines (``history --json``)."""
     from overlapscope.analyzer.store import catalog
@@ -342,6 +350,11 @@ def stored_findings(con, run_id: int) -> list[dict]:
     from overlapscope.analyzer import sql
 
     return sql.rows(con, "catalog.findings", run_id=run_id)
+
+
+def describe_run(con, run_id: int) -> dict:
+    """The ``run`` object of a stored run (``RunInfo.describe``: what every command's JSON opens with)."""
+    return run_info(con, run_id).describe()
 
 
 def run_facts(con, run_id: int) -> dict:

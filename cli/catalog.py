@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from overlapscope.analyzer import runs
-from overlapscope.analyzer.store import catalog
-from overlapscope.analyzer.store.runinfo import run_info
+from overlapscope.analyzer import api, runs
+from overlapscope.contract.figures import HISTORY_FIGURES
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.cli.common import add_engine_arguments, describe, emit, note, open_catalog, progress
 from overlapscope.cli.tables import clean, table
@@ -55,20 +54,20 @@ def run_ingest(args) -> int:
         opened.append(open_catalog(args.db))
         return opened[0]
 
-    name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # before any decoding
+    name, tags = api.check_run_name(args.run), api.check_tags(parse_tags(args.tag))  # before any decoding
     run_id = runs.ingest(None, args.paths, name, tags, workers=args.workers, open_con=open_con,
-                         path=catalog.resolve_path(args.db), engine=args.engine, ray_address=args.ray_address,
+                         path=api.catalog_path(args.db), engine=args.engine, ray_address=args.ray_address,
                          on_decoded=None if args.json else progress("decoding rank"))
-    row = next(r for r in catalog.runs(opened[0], name) if r["run_id"] == run_id)
+    row = next(r for r in api.runs(opened[0], name) if r["run_id"] == run_id)
     # the run object, as analyze prints it: its warnings (missing ranks, events left out) go to stderr
-    result = {"run_id": run_id, "name": name, **{k: row[k] for k in catalog.HISTORY_FIGURES},
-              "headline": row["headline"], "run": run_info(opened[0], run_id).describe()}
+    result = {"run_id": run_id, "name": name, **{k: row[k] for k in HISTORY_FIGURES},
+              "headline": row["headline"], "run": api.describe_run(opened[0], run_id)}
     return emit(result, args.json, lambda r: print(f"stored run {run_id} ({clean(name)}): {describe(r['headline'])}"))
 
 
 def run_history(args) -> int:
-    con = open_catalog(args.db, read_only=True) if args.db or catalog.default_path().exists() else None
-    rows = catalog.runs(con, args.run) if con is not None else []
+    con = open_catalog(args.db, read_only=True) if args.db or api.catalog_path().exists() else None
+    rows = api.runs(con, args.run) if con is not None else []
     shown = [{**r, "pruned": str(r["pruned_at"])[:10] if r["pruned_at"] else None} for r in rows]
     return emit({"runs": rows}, args.json,
                 lambda r: print(table(shown, HISTORY_COLUMNS) if shown else "no runs in the catalog"))

@@ -36,11 +36,11 @@ def add_parser(sub) -> None:
 
 
 def _local(args) -> dict:
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import api
 
     con = open_catalog(args.db, read_only=True)
     try:
-        run_id = catalog.resolve_run(con, run_ref(args))
+        run_id = api.resolve_run(con, run_ref(args))
         return gate.check(con, run_id, args.baseline, args.metric, args.max_regression_pct)
     finally:
         con.close()

@@ -84,11 +84,11 @@ def stored_run(args):
         if not args.paths:
             raise UsageError("give trace paths (files, directories, .zip) or --run NAME")
         return None
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import api
 
     con = open_catalog(args.db, read_only=True)
     try:
-        return con, catalog.resolve_run(con, ref)
+        return con, api.resolve_run(con, ref)
     except BaseException:
         con.close()
         raise

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.store import catalog
+from overlapscope.analyzer import api
 from overlapscope.cli.common import open_catalog
 
 DEFAULT_PORT = 8501
@@ -43,7 +43,7 @@ def server_environment(args, environ=None) -> dict:
     from overlapscope.server.settings import ENV_API_TOKENS, ENV_DB, ENV_MAX_UPLOAD_MB, ENV_NO_SAMPLES
 
     env = dict(os.environ if environ is None else environ)
-    db = Path(args.db).expanduser() if args.db else catalog.default_path()
+    db = Path(args.db).expanduser() if args.db else api.catalog_path()
     env[ENV_DB] = str(db.resolve())
     if args.max_upload_mb is not None:
         if args.max_upload_mb <= 0:

@@ -153,9 +153,9 @@ def upload(server, path: Path, params: list, on_progress) -> tuple[int, dict]:
 
 
 def run_push(args) -> int:
-    from overlapscope.analyzer.store import catalog
+    from overlapscope.analyzer import api
 
-    name, tags = catalog.check_run_name(args.run), catalog.check_tags(parse_tags(args.tag))  # the server checks again
+    name, tags = api.check_run_name(args.run), api.check_tags(parse_tags(args.tag))  # the server checks again
     from overlapscope.cli.remote import Server  # http.client: only a push needs it
     from overlapscope.contract.api import HEALTH, PREFIX, RUNS, Health, Pushed
 

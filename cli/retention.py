@@ -2,14 +2,13 @@
 
 ``prune`` drops old runs' raw events and keeps their headline, per-rank and
 per-step figures, findings and history; ``delete`` removes a run whole. Both
-then rewrite the file so the space goes back to the disk (``analyzer/store/retention.py``).
+then rewrite the file so the space goes back to the disk (``analyzer.runs``' ``prune`` and
+``delete``, over ``analyzer/store/retention.py``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from overlapscope.analyzer.store import catalog, retention
+from overlapscope.analyzer import runs
 from overlapscope.cli.common import emit, open_catalog
 
 
@@ -34,44 +33,14 @@ def add_parser(sub) -> None:
     d.set_defaults(func=run_delete)
 
 
-def _path(db: str | None) -> Path:
-    from overlapscope.analyzer.errors import UsageError
-
-    path = Path(db) if db else catalog.default_path()
-    if not path.exists():
-        raise UsageError(f"{path}: no catalog here")
-    return path
-
-
 def run_prune(args) -> int:
-    path = _path(args.db)
-    con = open_catalog(path)
-    before = retention.size_bytes(path)
-    try:
-        pruned = retention.prune(con, retention.to_prune(con, args.keep_last, args.run, args.older_than))
-    except BaseException:
-        con.close()
-        raise
-    if pruned:
-        retention.rewrite(con, path)
-    else:
-        con.close()
-    result = {"pruned": pruned, "bytes_before": before, "bytes_after": retention.size_bytes(path)}
+    result = runs.prune(args.db, args.keep_last, args.run, args.older_than, open_con=open_catalog)
     return emit(result, args.json, lambda r: print(
         f"pruned {len(r['pruned'])} run(s){' (' + ', '.join(map(str, r['pruned'])) + ')' if r['pruned'] else ''}; "
         f"catalog {r['bytes_before'] / 1e6:,.1f} MB -> {r['bytes_after'] / 1e6:,.1f} MB"))
 
 
 def run_delete(args) -> int:
-    path = _path(args.db)
-    con = open_catalog(path)
-    before = retention.size_bytes(path)
-    try:
-        retention.delete(con, args.run_id)
-    except BaseException:
-        con.close()
-        raise
-    retention.rewrite(con, path)
-    result = {"deleted": args.run_id, "bytes_before": before, "bytes_after": retention.size_bytes(path)}
+    result = runs.delete(args.db, args.run_id, open_con=open_catalog)
     return emit(result, args.json, lambda r: print(
         f"deleted run {r['deleted']}; catalog {r['bytes_before'] / 1e6:,.1f} MB -> {r['bytes_after'] / 1e6:,.1f} MB"))

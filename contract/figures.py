@@ -51,6 +51,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("slowest_rank", "rank", None, "slowest rank", "slowest rank"),
 )
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+# the headline's figures that history's rows carry at their top level (``history --json``)
+HISTORY_FIGURES: tuple[str, ...] = ("step_ms", "exposed_comm_ms", "comm_ms", "overlap_pct")
 # the metrics a regression gate can hold: those with a better direction
 GATED: tuple[str, ...] = tuple(m.name for m in METRICS if m.higher_is_better is not None)
 # the per-step times of a figure set (analyze's step rows, the what-if's four figure sets)

@@ -161,12 +161,13 @@ def test_no_two_packages_import_each_other():
     assert sorted((a, b) for a in graph for b in graph[a] if a in graph.get(b, ())) == []
 
 
-def test_the_dashboard_and_the_server_reach_the_catalog_through_the_library():
-    """The front ends call the library (analyzer.api, analyzer.runs), never the store, its
-    SQL or the measurement's drivers directly: the map says so and the imports hold it."""
+def test_the_front_ends_reach_the_catalog_through_the_library():
+    """The front ends (the CLI, the dashboard, the server) call the library (analyzer.api,
+    analyzer.runs), never the store, its SQL or the measurement's drivers directly: the map
+    says so and the imports hold it."""
     below = {"analyzer.store", "analyzer.sql", "analyzer.measure"}
     graph = package_graph(GRAPH)
-    for front in ("dashboard", "server"):
+    for front in ("cli", "dashboard", "server"):
         assert not (LAYERS[front]["may"] & below), front
         assert not (graph[front] & below), (front, graph[front] & below)
 

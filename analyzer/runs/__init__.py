@@ -173,3 +173,52 @@ def ensure_samples(con, samples_dir: Path = catalog.SAMPLES_DIR) -> list[int]:
     a new user sees a real analysis."""
     return [ingest(con, [str(bundle)], name=catalog.sample_name(bundle), tags={"sample": "true"})
             for bundle in catalog.missing_samples(con, samples_dir)]
+
+
+def prune(path, keep_last: int | None = None, name: str | None = None, older_than_days: float | None = None,
+          open_con=None) -> dict:
+    """``prune``: drop the raw events of the runs chosen (store.retention.to_prune), keep
+    their headline, figures, findings and stored analyses, and give the space back.
+    ``open_con(path)`` opens the catalog (``open_catalog`` when None; the CLI's waits for a
+    busy file). ``{"pruned": [run ids], "bytes_before", "bytes_after"}``."""
+    from overlapscope.analyzer.store import retention
+
+    path = _existing(path)
+    con = (open_con or open_catalog)(path)
+    before = retention.size_bytes(path)
+    try:
+        pruned = retention.prune(con, retention.to_prune(con, keep_last, name, older_than_days))
+    except BaseException:
+        con.close()
+        raise
+    if pruned:
+        retention.rewrite(con, path)  # closes it
+    else:
+        con.close()
+    return {"pruned": pruned, "bytes_before": before, "bytes_after": retention.size_bytes(path)}
+
+
+def delete(path, run_id: int, open_con=None) -> dict:
+    """``delete``: remove a run and everything stored with it, and give the space back
+    (``open_con`` as ``prune``'s). ``{"deleted": run id, "bytes_before", "bytes_after"}``."""
+    from overlapscope.analyzer.store import retention
+
+    path = _existing(path)
+    con = (open_con or open_catalog)(path)
+    before = retention.size_bytes(path)
+    try:
+        retention.delete(con, run_id)
+    except BaseException:
+        con.close()
+        raise
+    retention.rewrite(con, path)
+    return {"deleted": run_id, "bytes_before": before, "bytes_after": retention.size_bytes(path)}
+
+
+def _existing(path) -> Path:
+    from overlapscope.analyzer.errors import UsageError
+
+    path = catalog.resolve_path(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no catalog here")
+    return path

@@ -18,6 +18,7 @@ from pathlib import Path
 from overlapscope.analyzer import sql
 
 from overlapscope.analyzer.errors import CatalogBusy, CatalogWriteError, RunNotFound, UsageError
+from overlapscope.contract import figures
 
 # store (and with it duckdb) is imported inside the functions: a command that
 # decodes traces forks its workers before duckdb starts any thread.
@@ -104,7 +105,7 @@ def run_of_key(con, idempotency_key: str, pushed_by: str | None) -> int | None:
 
 
 # history's rows: these headline figures at the top level, as before the headline existed.
-HISTORY_FIGURES = ("step_ms", "exposed_comm_ms", "comm_ms", "overlap_pct")
+HISTORY_FIGURES = figures.HISTORY_FIGURES
 
 
 def runs(con, name: str | None = None, run_id: int | None = None) -> list[dict]:
