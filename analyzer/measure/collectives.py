@@ -17,6 +17,7 @@ from collections.abc import Callable
 import msgspec
 
 from overlapscope.analyzer import sql
+from overlapscope.analyzer.measure import waits
 from overlapscope.analyzer.store.runinfo import RunInfo
 from overlapscope.analyzer.units import MS_DIGITS, NS_PER_MS, NS_PER_S
 from overlapscope.contract.collectives import bus_factor
@@ -43,7 +44,11 @@ class Collective(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     offset_ms: float | None  # start within its step's window
     comm_ms: float
     exposed_ms: float
-    busbw_gbps: float | None  # nccl-tests bus bandwidth, GB/s
+    # comm_ms split: the time it waited for its last peer to arrive, then its transfer
+    # (waits.sql: the duration on the rank that arrived last); null where no peer is loaded
+    wait_ms: float | None = None
+    transfer_ms: float | None = None
+    busbw_gbps: float | None  # nccl-tests bus bandwidth of the transfer (its wait left out), GB/s
     inferred: bool  # id read from the order of the collectives, not from an annotation
     event_id: int
     predicted_comm_ms: float | None = None
@@ -108,7 +113,7 @@ def _unit_name(kind: str, id_: str | None, inferred: bool, phase: str, orders: d
 # collectives.stats' columns that a row is built from, in the order of the loop below
 _STATS_COLUMNS = ("rank", "step", "kind", "id", "phase", "collective", "bytes", "shard_only", "dtype", "group_size",
                   "microbatch", "offset_ns", "comm_ns", "exposed_ns", "inferred", "event_id", "ts_ns",
-                  "cpu_launch_ts_ns", "ready_ns", "compute_before_ns", "compute_after_ns")
+                  "cpu_launch_ts_ns", "ready_ns", "compute_before_ns", "compute_after_ns", "wait_ns")
 
 
 def compute(con, info: RunInfo) -> list[Collective]:
@@ -117,6 +122,10 @@ def compute(con, info: RunInfo) -> list[Collective]:
     Read a batch of columns at a time and built in one loop: 2.07 million rows of a
     1,024-rank run took 13.0-15.9 s through a dict per row, 8.2-8.9 s here."""
     sql.ensure(con, "collectives", run_id=info.run_id)
+    query = "collectives.stats"
+    if waits.peered(con, info.run_id):  # each transfer apart from its wait for the last peer
+        waits.ensure(con, info.run_id)
+        query = "collectives.stats_waited"
     defaults, world = info.manifest.group_sizes(), info.world_size
     orders = _unit_orders(info.manifest)
     factor = _bus_factors()
@@ -126,7 +135,7 @@ def compute(con, info: RunInfo) -> list[Collective]:
     # repeats every step on every rank). 1,024 ranks: 2.07 million rows, about 600 bytes each
     names: dict = {}
     numbers: dict = {}  # apart from names: True == 1 and hash alike
-    for batch in sql.column_batches(con, "collectives.stats"):  # never every row at once
+    for batch in sql.column_batches(con, query):  # never every row at once
         for column, shared in (("kind", names), ("id", names), ("phase", names), ("collective", names),
                                ("dtype", names), ("rank", numbers), ("step", numbers), ("bytes", numbers),
                                ("group_size", numbers)):
@@ -134,15 +143,16 @@ def compute(con, info: RunInfo) -> list[Collective]:
         batch.setdefault("compute_after_ns", [None] * len(batch["rank"]))  # a reduce stored before it was kept
         for (rank, step, kind, id_, phase, collective, nbytes, shard_only, dtype, group, microbatch, offset_ns,
              comm_ns, exposed_ns, inferred, event_id, ts_ns, launch_ns, ready_ns, before_ns,
-             after_ns) in zip(*(batch[c] for c in _STATS_COLUMNS)):
+             after_ns, wait_ns) in zip(*(batch[c] for c in _STATS_COLUMNS)):
             group = group or defaults.get(collective or "", world)
             if shard_only and nbytes and group:  # nccl-tests' all-gather size is the gathered output
                 nbytes = numbers.setdefault(nbytes * group, nbytes * group)
             busbw = None
-            if nbytes and comm_ns > 0 and collective and group and group > 1:
+            transfer_ns = comm_ns - wait_ns if wait_ns is not None else comm_ns
+            if nbytes and transfer_ns > 0 and collective and group and group > 1:
                 f = factor(collective, group)
-                if f is not None:  # nccl-tests bus bandwidth, GB/s
-                    busbw = round(nbytes / (comm_ns / NS_PER_S) * f / 1e9, 4)
+                if f is not None:  # nccl-tests bus bandwidth of the transfer, GB/s
+                    busbw = round(nbytes / (transfer_ns / NS_PER_S) * f / 1e9, 4)
             out.append(Collective(
                 rank=rank, step=step, kind=kind, id=_unit_name(kind, id_, inferred, phase, orders),
                 phase=phase, collective=collective, bytes=nbytes, dtype=dtype, group_size=group,
@@ -151,6 +161,8 @@ def compute(con, info: RunInfo) -> list[Collective]:
                 offset_ms=None if offset_ns is None else round(offset_ns / NS_PER_MS, MS_DIGITS),
                 comm_ms=round(comm_ns / NS_PER_MS, MS_DIGITS),
                 exposed_ms=None if exposed_ns is None else round(exposed_ns / NS_PER_MS, MS_DIGITS),
+                wait_ms=None if wait_ns is None else round(wait_ns / NS_PER_MS, MS_DIGITS),
+                transfer_ms=None if wait_ns is None else round(transfer_ns / NS_PER_MS, MS_DIGITS),
                 busbw_gbps=busbw,
                 inferred=bool(inferred), event_id=event_id,
                 start_ns=ts_ns, launch_ts_ns=launch_ns, ready_ns=ready_ns,

@@ -25,6 +25,11 @@ def _alone(con, run_id: int) -> int | None:
     return loaded[0][0] if len(loaded) == 1 else None
 
 
+def peered(con, run_id: int) -> bool:
+    """Whether more than one rank is loaded: only then has a transfer peers to wait for."""
+    return _alone(con, run_id) is None
+
+
 def ranks(con, run_id: int) -> dict[int, dict]:
     """Per rank: clock_offset_ms and, where another loaded rank shares its collectives,
     comm_wait_ms, comm_transfer_ms (they add up to comm_ms) and exposed_wait_ms. A run of

@@ -5,7 +5,8 @@ and the what-if's ``model_ms`` are its time of each collective.
 Per collective kind, the ring model ``t = hops x alpha + bytes x bus_factor / W``
 (model.ring) with alpha and W fitted by least squares: on the tracer's calibration
 of the kind when it has two sizes or more (measured apart from the run, so without
-contention), else on this trace's own transfers of the kind, else W from the
+contention), else on this trace's own transfers of the kind (each its comm less its
+wait for the last peer: a late rank is no slow link), else W from the
 buckets report's sources and no latency, else (a kind with no W of its own) the
 run's W and no latency. The fit gives the shape (how time grows with bytes, hops and
 W); under a change, the level comes from the measurement:
@@ -67,6 +68,12 @@ def _fit(points: list[tuple[str, float, int, float]]) -> tuple[float, float] | N
     return fit.latency_s, fit.busbw_bytes_per_s
 
 
+def _transfer_ms(r) -> float:
+    """A measured collective's transfer: its comm less its wait for peers (all of it where
+    no peer was loaded)."""
+    return r.transfer_ms if r.transfer_ms is not None else r.comm_ms
+
+
 class CommModel:
     """The fitted ring model of one run (see the module)."""
 
@@ -79,8 +86,9 @@ class CommModel:
         for kind in sorted(kinds):
             cal = [(c.kind, c.bytes, c.group_size, c.seconds) for c in (calibration.collectives if calibration else [])
                    if c.kind == kind]
-            traced = [(r.collective, r.bytes, r.group_size, r.comm_ms / 1e3) for r in rows
-                      if r.collective == kind and r.bytes and r.group_size and r.comm_ms > 0]
+            # each transfer apart from its wait for the last peer (a late peer is no slow link)
+            traced = [(r.collective, r.bytes, r.group_size, _transfer_ms(r) / 1e3) for r in rows
+                      if r.collective == kind and r.bytes and r.group_size and _transfer_ms(r) > 0]
             for source, points in (("calibration", cal), ("trace", traced)):
                 fitted = _fit(points)
                 if fitted:

@@ -8,8 +8,9 @@ import pytest
 
 from overlapscope.analyzer import sql
 
-# collectives.stats reads collective_stats ordered by (rank, ts_ns, event_id): hand-built
-# rows of every type the table has, nulls among them, written out of that order
+# collectives.stats reads collective_stats ordered by (rank, ts_ns, event_id), with a null
+# wait_ns (no peer loaded: collectives.stats_waited joins the waits): hand-built rows of
+# every type the table has, nulls among them, written out of that order
 ROWS = [
     (1, 7, 30, "ddp_bucket", "0", "allreduce", True, None, "all_reduce", 4_194_304, False, "bf16", 8, None,
      2_000, 2_500, 500, None, 100, 0.5, None, 0, None),
@@ -42,12 +43,12 @@ def _names(con) -> list[str]:
 
 
 def _in_order():
-    return sorted(ROWS, key=lambda r: (r[0], r[14], r[2]))
+    return [r + (None,) for r in sorted(ROWS, key=lambda r: (r[0], r[14], r[2]))]
 
 
 @pytest.mark.parametrize("batch", [1, 3, 4, 1000])
 def test_column_batches_are_the_rows_in_order(con, batch):
-    names = _names(con)
+    names = _names(con) + ["wait_ns"]
     parts = list(sql.column_batches(con, "collectives.stats", batch=batch))
     assert [len(p["rank"]) for p in parts] == [min(batch, 4 - i) for i in range(0, 4, batch)]
     assert all(list(p) == names for p in parts)  # every column, in the query's order
