@@ -41,6 +41,8 @@ def _print_text(result: dict, show_all: bool) -> None:
             if f.get("whatif") and f.get("predicted_gain_ms") is not None:
                 say(f"      what if: {clean(f['whatif'])} {_gain(f['predicted_gain_ms'])} "
                     f"(overlapscope whatif ... {clean(f['whatif'])})", indent=" " * 15)
+            elif f.get("no_change") and f["status"] in ("fail", "warn"):
+                say(f"      what if: {clean(f['no_change'])}", indent=" " * 15)
     counts = {s: sum(f["status"] == s for f in result["findings"]) for s in MARK}
     print()
     print(f"{counts['fail']} fail, {counts['warn']} warn, {counts['pass']} pass, {counts['n/a']} n/a")

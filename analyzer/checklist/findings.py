@@ -55,6 +55,8 @@ THRESHOLDS: dict[str, Threshold] = {
     "host_idle_warn": Threshold(0.10, "10% launch-bound idle is visible in step time"),
     "launch_gap_us": Threshold(LAUNCH_GAP_US, "a kernel that starts within 20 us of its launch after an idle gap was "
                                      "waiting for the host, not for other work"),
+    "gain_floor": Threshold(0.01, "a change is linked to a finding only when the what-if predicts it saves 1% of "
+                                  "the measured step: less is below the run-to-run noise of step time"),
     "uneven_work": Threshold(0.05, "matmul FLOPs per step differing by over 5% between ranks means they "
                                    "processed different numbers of tokens"),
 }
@@ -74,6 +76,7 @@ class Finding:
     details: dict = field(default_factory=dict)
     predicted_gain_ms: float | None = None  # step time the what-if of its fix saves (checklist.gains)
     whatif: str | None = None  # that what-if's flags (``overlapscope whatif PATH <flags>``)
+    no_change: str | None = None  # why a failed or warned finding whose fix a change expresses links none
 
     def __post_init__(self):
         if self.status not in STATUS_ORDER:

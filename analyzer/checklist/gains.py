@@ -7,12 +7,18 @@ step, the slowest rank's median: the headline's definition) and ``whatif`` (its 
 to run ``overlapscope whatif`` with); for more tokens per micro-batch, the time the
 measured step's tokens would take (predicted step / the token ratio). Rules whose fix no change expresses (a straggler,
 host-bound steps, clipping) keep None: their ``impact_ms`` says what they cost.
+
+A change is linked only when it is not the run's own setting (``--bucket-mb 25`` on a run
+at 25 MB buys nothing) and the what-if predicts it saves at least the ``gain_floor``
+threshold of the measured step; a finding whose candidates all fall short links none and
+says why (``no_change``), with the best candidate's predicted gain.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from overlapscope.analyzer.checklist.findings import THRESHOLDS
 from overlapscope.analyzer.predict.changes import Changes, Scale
 
 BUCKET_CAPS_MB = (1.0, 5.0, 25.0, 100.0)  # the sweep a DDP bucket finding tries
@@ -69,27 +75,67 @@ def _slowest(a) -> set[int] | None:
     return {r["rank"] for r in sorted(ranks, key=lambda r: -r["step_ms"])[:SLOWEST_RANKS]}
 
 
-def _best(f, a, prepared, ranks) -> tuple[float, str] | None:
-    """(gain ms, flags) of the best candidate change of ``f`` that fits in memory; None: none applies."""
+# Changes' fields that set a flag of the run's own (whatif.run_setting), by flag
+_FLAGS = {"bucket_mb": "bucket-mb", "sync": "sync", "reshard_after_forward": "reshard-after-forward",
+          "wrap": "wrap", "hsdp": "hsdp", "reduce_dtype": "reduce-dtype"}
+
+
+def _is_current(changes: Changes, a) -> bool:
+    """Whether ``changes`` only sets flags to the run's own settings (where the run tells them)."""
     from overlapscope.analyzer.predict import whatif
 
-    best = None
-    for changes in CANDIDATES[f.id](f, a):
+    set_fields = list(changes.as_json())  # the fields it sets
+    if not set_fields or any(k not in _FLAGS for k in set_fields):
+        return False
+    return all(getattr(changes, k) == whatif.run_setting(a, _FLAGS[k]) for k in set_fields)
+
+
+def _best(f, a, prepared, ranks) -> tuple[tuple[float, str, float] | None, str | None]:
+    """The best candidate change of ``f`` that fits in memory and is not the run's own setting,
+    as (gain ms, flags, measured step ms); else None and why none applies."""
+    from overlapscope.analyzer.predict import whatif
+
+    candidates = CANDIDATES[f.id](f, a)
+    if not candidates:
+        return None, "the what-if cannot express its fix on this run (what the change needs is not known)"
+    best, current, unfit = None, 0, 0
+    for changes in candidates:
+        if _is_current(changes, a):
+            current += 1
+            continue
         p = whatif.predict(a, changes, prepared, ranks)
-        if not p["predicted"] or (p["memory"] and p["memory"].get("fits") is False):
+        if not p["predicted"]:
+            continue
+        if p["memory"] and p["memory"].get("fits") is False:
+            unfit += 1
             continue
         gain = p["predicted"]["gain_ms"]
         if changes.tokens is not None:  # more tokens per step: compare the time of the measured step's tokens
             gain = p["measured"]["step_ms"] - p["predicted"]["step_ms"] / changes.tokens.value
         if best is None or gain > best[0]:
-            best = (gain, p["label"])
-    return best
+            best = (gain, p["label"], p["measured"]["step_ms"])
+    if best is not None:
+        return best, None
+    why = [w for n, w in ((current, "the run's own setting"), (unfit, "does not fit in memory")) if n]
+    return None, "no change its fix names applies to this run: " + (" or ".join(why) or "nothing to replay")
+
+
+def _linked(f, best, why: str | None = None):
+    """``f`` with the change it links, or with why it links none."""
+    floor = THRESHOLDS["gain_floor"].value
+    if best is None:
+        return replace(f, no_change=why)
+    gain, label, step_ms = best
+    if step_ms and gain >= floor * step_ms:
+        return replace(f, predicted_gain_ms=round(gain, 4), whatif=label)
+    return replace(f, no_change=f"no change its fix names is predicted to save {100 * floor:g}% of the step "
+                                f"(best: {label}, {gain:+.2f} ms of {step_ms:.2f} ms)")
 
 
 def link(findings: list, a) -> list:
     """The findings, the failed and warned ones whose fix a change expresses carrying
-    ``predicted_gain_ms`` and ``whatif`` (new values; the input is kept). The run's plans
-    are built once; a run of more than 8 ranks replays its 4 slowest."""
+    ``predicted_gain_ms`` and ``whatif`` (new values; the input is kept), or ``no_change``.
+    The run's plans are built once; a run of more than 8 ranks replays its 4 slowest."""
     from overlapscope.analyzer.predict import whatif
 
     def wanted(f) -> bool:
@@ -98,8 +144,4 @@ def link(findings: list, a) -> list:
     if not any(wanted(f) for f in findings):
         return list(findings)
     prepared, ranks = whatif.prepare(a), _slowest(a)
-    out = []
-    for f in findings:
-        best = _best(f, a, prepared, ranks) if wanted(f) else None
-        out.append(replace(f, predicted_gain_ms=round(best[0], 4), whatif=best[1]) if best else f)
-    return out
+    return [_linked(f, *_best(f, a, prepared, ranks)) if wanted(f) else f for f in findings]

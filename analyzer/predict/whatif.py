@@ -155,6 +155,12 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
     }
 
 
+def run_setting(a, name: str):
+    """The run's own setting of flag ``name`` (``bucket-mb``, ``sync``, ``wrap``, ...) as the
+    flag's reader gives it; None where the trace and the manifest do not tell."""
+    return _setting(a, name, False)
+
+
 def _setting(a, name: str, ratio: bool):
     """The run's own setting of flag ``name``, as the flag's reader gives it (None: the
     trace and manifest do not tell). ``ratio``: the sweep's values are multiples (``2x``)."""

@@ -21,6 +21,8 @@ def _finding(f: dict) -> None:
             verb = f"saves **{gain:.2f} ms**" if gain >= 0 else f"costs **{-gain:.2f} ms**"
             st.markdown(f"**What if.** {code(f['whatif'])} {verb} per step (the slowest rank's median step), "
                         "predicted from this trace; the Model page's What if panel shows its terms.")
+        elif f.get("no_change") and f.get("status") in ("fail", "warn"):
+            st.markdown(f"**What if.** {md(f['no_change'])}.")
 
 
 def render() -> None:
