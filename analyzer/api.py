@@ -26,6 +26,14 @@ def _engine():
     return engine
 
 
+def _catalog():
+    """The catalog's queries (store.catalog), imported by the calls that read a catalog: ``analyze``
+    of paths starts without them."""
+    from overlapscope.analyzer.store import catalog
+
+    return catalog
+
+
 def analyze(paths: list[str], workers: int | None = None, engine: str = "local", ray_address: str | None = None,
             on_mapped=None, limits=None) -> dict:
     """Per-rank and per-step compute, comm, exposed comm, overlap % and idle time.
@@ -40,11 +48,9 @@ def analyze(paths: list[str], workers: int | None = None, engine: str = "local",
 def analyze_run(con, run_id: int) -> dict:
     """``analyze`` for a run already in a store; for a run of a catalog (pruned or not),
     the figures stored at ingest."""
-    from overlapscope.analyzer.store import catalog
-
     info = run_info(con, run_id)
     stored = info.stored or info.pruned_at is not None
-    result = catalog.figures(con, run_id) if stored else overlap.compute(con, run_id)
+    result = _catalog().figures(con, run_id) if stored else overlap.compute(con, run_id)
     return {"run": info.describe(), "headline": headline(result), **result}
 
 
@@ -250,72 +256,53 @@ def export_perfetto_run(con, run_id: int, out: str, on_rank=None) -> dict:
 def catalog_path(path=None):
     """The catalog file a command or the server means: ``path``, else ``$OVERLAPSCOPE_DB``, else
     the user data directory's."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.resolve_path(path)
+    return _catalog().resolve_path(path)
 
 
 def samples_dir():
     """The sample runs shipped as package data (one folder per bundle)."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.SAMPLES_DIR
+    return _catalog().SAMPLES_DIR
 
 
 def sample_name(bundle) -> str:
     """A sample run's name: ``sample/<its folder>``."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.sample_name(bundle)
+    return _catalog().sample_name(bundle)
 
 
 def missing_samples(con, folder=None) -> list:
     """The sample bundles a catalog of samples only lacks (all of them for an empty one)."""
-    from overlapscope.analyzer.store import catalog
-
+    catalog = _catalog()
     return catalog.missing_samples(con, folder or catalog.SAMPLES_DIR)
 
 
 def check_run_name(name: str | None) -> str:
     """A run name as stored, or one line saying what is wrong with it."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.check_run_name(name)
+    return _catalog().check_run_name(name)
 
 
 def check_tags(tags: dict | None) -> dict:
     """Tags as stored, or one line saying what is wrong with them."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.check_tags(tags)
+    return _catalog().check_tags(tags)
 
 
 def max_run_name_chars() -> int:
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.MAX_RUN_NAME_CHARS
+    return _catalog().MAX_RUN_NAME_CHARS
 
 
 def resolve_run(con, ref: str | int) -> int:
     """The run id ``--run`` means: the newest run of that name, or #ID (digits that no run is
     named are an id); ``RunNotFound`` names what was asked."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.resolve_run(con, ref)
+    return _catalog().resolve_run(con, ref)
 
 
 def runs(con, name: str | None = None) -> list[dict]:
     """The catalog's runs (of ``name``), newest first, with their headlines (``history --json``)."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.runs(con, name)
+    return _catalog().runs(con, name)
 
 
 def run(con, run_id: int) -> dict:
     """One stored run as ``runs`` lists it."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.run(con, run_id)
+    return _catalog().run(con, run_id)
 
 
 def run_count(con) -> int:
@@ -326,23 +313,17 @@ def run_count(con) -> int:
 
 def run_detail(con, run_id: int) -> dict:
     """A stored run with its per-rank figures and findings (the API's ``GET /runs/{id}``)."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.detail(con, run_id)
+    return _catalog().detail(con, run_id)
 
 
 def run_of_key(con, idempotency_key: str, pushed_by: str | None) -> int | None:
     """The run a push with this Idempotency-Key by ``pushed_by`` stored; None."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.run_of_key(con, idempotency_key, pushed_by)
+    return _catalog().run_of_key(con, idempotency_key, pushed_by)
 
 
 def stored_figures(con, run_id: int) -> dict:
     """The per-rank and per-step figures stored at ingest (what a pruned run keeps)."""
-    from overlapscope.analyzer.store import catalog
-
-    return catalog.figures(con, run_id)
+    return _catalog().figures(con, run_id)
 
 
 def stored_findings(con, run_id: int) -> list[dict]:

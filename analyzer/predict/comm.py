@@ -87,8 +87,8 @@ class CommModel:
             cal = [(c.kind, c.bytes, c.group_size, c.seconds) for c in (calibration.collectives if calibration else [])
                    if c.kind == kind]
             # each transfer apart from its wait for the last peer (a late peer is no slow link)
-            traced = [(r.collective, r.bytes, r.group_size, _transfer_ms(r) / 1e3) for r in rows
-                      if r.collective == kind and r.bytes and r.group_size and _transfer_ms(r) > 0]
+            traced = [(r.collective, r.bytes, r.group_size, t / 1e3) for r in rows
+                      if r.collective == kind and r.bytes and r.group_size and (t := _transfer_ms(r)) > 0]
             for source, points in (("calibration", cal), ("trace", traced)):
                 fitted = _fit(points)
                 if fitted:

@@ -13,7 +13,6 @@ from conftest import TESTS, step_parts_ms
 from intervals_ref import gloo_overlap, gloo_steps, read
 
 pytest.importorskip("torch")
-HERE = TESTS  # capture_ddp.py, a helper beside conftest.py
 
 
 def free_port() -> int:
@@ -25,7 +24,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp_gloo")
-    subprocess.run([sys.executable, str(HERE / "capture_ddp.py"), str(out), str(free_port())],
+    subprocess.run([sys.executable, str(TESTS / "capture_ddp.py"), str(out), str(free_port())],
                    check=True, timeout=300, capture_output=True)
     return out
 
