@@ -53,6 +53,8 @@ def add_parser(sub) -> None:
     g.add_argument("--bandwidth", metavar="W|Nx", help="bus bandwidth of every collective, bytes/s, or a multiple")
     g.add_argument("--gpus", metavar="N", help="data-parallel world size")
     g.add_argument("--reduce-dtype", metavar="bf16|fp32")
+    g.add_argument("--on-time", metavar="RANK|late", help="this rank (late: the one the others wait for) arrives "
+                   "with the others: a straggler removed; the step is the other ranks'")
     p.add_argument("--sweep", metavar="NAME=V1,V2,...", help="one prediction per value of one change, e.g. "
                    "bucket-mb=1,5,25,100 or tokens=0.5x,1x,2x,4x (on top of the other changes)")
     p.set_defaults(func=run, fast_exit=True)  # writes nothing: cli._exit_now

@@ -7,7 +7,8 @@ import statistics
 from collections import defaultdict
 
 from overlapscope.analyzer.checklist.context import CheckContext
-from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step, worst_owners
+from overlapscope.analyzer.checklist.evidence import (AGGREGATION, exposed_transfer, fmt_bytes, fmt_ms, headline_figure,
+                                                      per_step, transfer, worst_owners)
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
 from overlapscope.analyzer.checklist.setup import join, only_for, pick
 
@@ -97,15 +98,15 @@ def exposed_forward_allgather(ctx: CheckContext) -> Result:
     later = [r for g in groups.values() for r in sorted(g, key=lambda r: r.offset_ms or 0)[1:]]
     if not later:
         return Result("pass", "one forward all-gather per step (one unit)", fix=_prefetch_fix(ctx))
-    exposed = sum(r.exposed_ms for r in later)
-    comm = sum(r.comm_ms for r in later)
-    hidden_share = 1 - exposed / comm if comm else 1.0
-    per_step_ms = exposed / len(groups)
-    share = per_step_ms / ctx.mean_step_ms()
+    exposed = headline_figure(ctx.steps, later)
+    moving = headline_figure(ctx.steps, later, value=transfer)
+    hidden_share = 1 - exposed.ms / moving.ms if moving.ms else 1.0
+    per_step_ms, share = exposed.ms, exposed.share
     status = grade(share, "exposed_fail", "exposed_warn")
     evidence = (f"{fmt_ms(per_step_ms)} per step of forward all-gathers exposed after the first unit "
-                f"({100 * (1 - hidden_share):.0f}% of their {fmt_ms(comm / len(groups))}, "
-                f"{100 * share:.1f}% of the step); most exposed: {worst_owners(later)}")
+                f"({100 * (1 - hidden_share):.0f}% of their {fmt_ms(moving.ms)} of transfer, "
+                f"{100 * share:.1f}% of the step; {AGGREGATION}, waiting for late peers is the straggler rule's); "
+                f"most exposed: {worst_owners(later)}")
     if hidden_share < t("forward_gather_hidden"):
         if status != "pass":
             evidence += ": under half hidden, prefetch is not working"
@@ -143,16 +144,15 @@ def exposed_backward_comm(ctx: CheckContext) -> Result:
     rows = [r for r in ctx.rows if r.kind in ("fsdp_unit", "ddp_bucket") and r.phase in _BACKWARD]
     if not rows:
         return na("no backward collectives of buckets or units", _backward_fix(ctx))
-    groups = per_step(rows)
     beyond = []
-    for g in groups.values():
+    for g in per_step(rows).values():
         last = max(g, key=lambda r: (r.offset_ms or 0) + r.comm_ms)  # the unavoidable tail
         beyond += [r for r in g if r is not last]
-    per_step_ms = sum(r.exposed_ms for r in beyond) / len(groups)
-    share = per_step_ms / ctx.mean_step_ms()
-    evidence = (f"{fmt_ms(per_step_ms)} per step of backward comm exposed besides the last collective "
-                f"({100 * share:.1f}% of the step); most exposed: {worst_owners(beyond)}")
-    return Result(grade(share, "exposed_fail", "exposed_warn"), evidence, impact_ms=per_step_ms,
+    exposed = headline_figure(ctx.steps, beyond)
+    evidence = (f"{fmt_ms(exposed.ms)} per step of backward comm exposed besides the last collective "
+                f"({100 * exposed.share:.1f}% of the step; {AGGREGATION}, waiting for late peers is the straggler rule's); "
+                f"most exposed: {worst_owners(beyond)}")
+    return Result(grade(exposed.share, "exposed_fail", "exposed_warn"), evidence, impact_ms=exposed.ms,
                   fix=_backward_fix(ctx))
 
 
@@ -273,32 +273,34 @@ def other_comm(ctx: CheckContext) -> Result:
     nothing = f"Nothing to do: the step's communication belongs to the {owners}."
     if not rows:
         return Result("pass", f"no communication outside the {owners}", fix=nothing)
-    rank_steps = len(ctx.steps)
-    if not in_steps or not rank_steps:
+    if not in_steps or not ctx.steps:
         kinds = ", ".join(sorted({_other_kind(r) for r in rows}))
         return Result("pass", f"{len(rows)} collectives outside the {owners} ({kinds}), none inside a "
                               f"profiled step", fix=nothing)
     by_kind: dict[str, list] = defaultdict(list)
     for r in in_steps:
         by_kind[_other_kind(r)].append(r)
-    mean_step = ctx.mean_step_ms()
-    exposed = {k: sum(r.exposed_ms for r in v) / rank_steps for k, v in by_kind.items()}
+    figures = {k: headline_figure(ctx.steps, v) for k, v in by_kind.items()}
+    exposed = {k: f.ms for k, f in figures.items()}
+    count = {k: headline_figure(ctx.steps, v, value=lambda r: 1.0).ms for k, v in by_kind.items()}
     order = sorted(by_kind, key=lambda k: -exposed[k])
     parts = []
     for k in order:
         v = by_kind[k]
         sizes = [r.bytes for r in v if r.bytes]
-        comm = sum(r.comm_ms for r in v) / rank_steps
-        parts.append(f"{k}: {len(v) / rank_steps:.3g} per step"
+        moving = headline_figure(ctx.steps, v, value=transfer).ms
+        waiting = headline_figure(ctx.steps, v, value=lambda r: r.exposed_wait_ms or 0.0).ms
+        parts.append(f"{k}: {count[k]:.3g} per step"
                      + (f", median {fmt_bytes(statistics.median(sizes))}" if sizes else ", sizes unknown")
-                     + f", {fmt_ms(comm)} comm, {fmt_ms(exposed[k])} exposed per step "
-                     f"({100 * exposed[k] / mean_step:.1f}% of the step)")
+                     + f", {fmt_ms(moving)} transfer, {fmt_ms(exposed[k])} exposed per step "
+                     f"({100 * figures[k].share:.1f}% of the step)"
+                     + (f", besides {fmt_ms(waiting)} exposed waiting for peers (see straggler)" if waiting else ""))
     total = sum(exposed.values())
-    share = total / mean_step
+    share = sum(f.share for f in figures.values())
     outside = len(rows) - len(in_steps)
-    evidence = (f"outside the {owners}: " + "; ".join(parts)
+    evidence = (f"outside the {owners} ({AGGREGATION}): " + "; ".join(parts)
                 + (f" ({outside} more outside the profiled steps)" if outside else ""))
     fix = "Look at: " + "; ".join(_OTHER_HINTS.get(k, _OTHER_DEFAULT) for k in order) + "."
     return Result(grade(share, "exposed_fail", "exposed_warn"), evidence, impact_ms=total, fix=fix,
-                  details={"kinds": [{"collective": k, "per_step": round(len(by_kind[k]) / rank_steps, 4),
+                  details={"kinds": [{"collective": k, "per_step": round(count[k], 4),
                                       "exposed_ms": round(exposed[k], 6)} for k in order]})

@@ -15,7 +15,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from overlapscope.analyzer.checklist.context import CheckContext
-from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step
+from overlapscope.analyzer.checklist.evidence import (AGGREGATION, exposed_transfer, fmt_bytes, fmt_ms, headline_figure,
+                                                      per_step, transfer)
 from overlapscope.analyzer.checklist.findings import Result, fail_or_warn, grade, na, rule, t
 from overlapscope.analyzer.checklist.setup import join, only_for, pick
 from overlapscope.analyzer.measure.collectives import Collective
@@ -46,7 +47,8 @@ def backwards(rows: list[Collective], manifest) -> Backwards:
             steps[(r.rank, r.step)].append(r)
     rounds: dict[tuple, list[Collective]] = {}
     if any(r.microbatch is not None for r in rows):
-        source = "micro-batch marks"
+        # a raw trace's ids are all inferred: its micro-batches are DDP's forward ranges
+        source = "DDP's forward ranges" if all(r.inferred for r in rows) else "micro-batch marks"
         for key, group in steps.items():
             for r in group:
                 rounds.setdefault(key + (r.microbatch,), []).append(r)
@@ -97,19 +99,18 @@ def ddp_bucket_size(ctx: CheckContext) -> Result:
     median_bytes = statistics.median(sized) if sized else None
     w = ctx.sources["bus_bandwidth_bytes_per_s_trace"]
     slow = [r for r in rows if r.busbw_gbps is not None and w and r.busbw_gbps * 1e9 < t("latency_busbw") * w]
-    comm = sum(r.comm_ms for r in rows)
-    hidden = 1 - sum(r.exposed_ms for r in rows) / comm if comm else 1.0
+    moving = sum(transfer(r) for r in rows)  # the wait for late peers is the straggler rule's
+    hidden = 1 - sum(exposed_transfer(r) for r in rows) / moving if moving else 1.0
     size = fmt_bytes(median_bytes) if median_bytes else "sizes unknown"
     evidence = (f"{count:g} buckets per backward ({split.source}), median {size}; "
                 f"{len(slow)} of {len(rows)} all-reduces below {100 * t('latency_busbw'):.0f}% of the large "
-                f"collectives' bus bandwidth; {100 * hidden:.0f}% of the bucket comm hidden")
+                f"collectives' bus bandwidth; {100 * hidden:.0f}% of the buckets' transfer hidden")
     small = count >= t("latency_count") and (
         (median_bytes is not None and median_bytes < t("bucket_min_bytes")) or len(slow) >= len(rows) / 2)
     if small:
         return Result("fail", evidence + ": buckets too small, latency-bound", fix=fix_small)
     if count <= t("bucket_few") and hidden < 0.5:
-        share = sum(r.exposed_ms for r in rows) / len(split.rounds) / ctx.mean_step_ms()
-        status = fail_or_warn(share, "exposed_fail")
+        status = fail_or_warn(headline_figure(ctx.steps, rows).share, "exposed_fail")
         return Result(status, evidence + ": too few buckets to overlap the backward pass", fix=fix_large)
     if count >= t("latency_count") and median_bytes is None and not w:
         # many buckets, and neither sizes nor bus bandwidths to tell whether they are latency-bound
@@ -132,18 +133,17 @@ def last_bucket_exposed(ctx: CheckContext) -> Result:
         return na("no DDP bucket all-reduces in the trace", only_for(ctx.setup, "ddp", _LAST_FIX))
     rounds = backwards(rows, ctx.manifest).rounds
     tails = [max(g, key=lambda r: (r.offset_ms or 0) + r.comm_ms) for g in rounds.values()]
-    steps = len(per_step(tails)) or 1
-    per_step_ms = sum(r.exposed_ms for r in tails) / steps
-    share = per_step_ms / ctx.mean_step_ms()
+    exposed = headline_figure(ctx.steps, tails)
     ids = sorted({r.id for r in tails})
     sizes = [r.bytes for r in tails if r.bytes]
     evidence = (f"last bucket ({', '.join(ids)}"
                 + (f", {fmt_bytes(statistics.median(sizes))}" if sizes else "")
-                + f") exposed {fmt_ms(per_step_ms)} per step, {100 * share:.1f}% of the step")
-    status = grade(share, "exposed_fail", "exposed_warn")
+                + f") exposed {fmt_ms(exposed.ms)} per step, {100 * exposed.share:.1f}% of the step "
+                  f"({AGGREGATION}; waiting for late peers is the straggler rule's)")
+    status = grade(exposed.share, "exposed_fail", "exposed_warn")
     if status == "pass":
         evidence += " (the expected small tail)"
-    return Result(status, evidence, impact_ms=per_step_ms)
+    return Result(status, evidence, impact_ms=exposed.ms)
 
 
 def _accum_fix(ctx: CheckContext) -> str:
@@ -163,11 +163,14 @@ def _accum_fix(ctx: CheckContext) -> str:
 
 
 def _micro_batches(ctx: CheckContext, split: Backwards) -> int:
-    """Micro-batches per step: the manifest's, else the marks', else the reductions repeated per step."""
+    """Micro-batches per step: the manifest's, else the marks', else DDP's forward ranges per step
+    (the median step), else the reductions repeated per step."""
     marks = {(r.rank, r.step, r.microbatch) for r in ctx.rows if r.microbatch is not None and r.step is not None}
     per_marks = Counter(key[:2] for key in marks)
-    return (ctx.manifest.accumulation_steps or (max(per_marks.values()) if per_marks else 0)
-            or max(split.syncs.values(), default=1))
+    forwards = ctx.analysis.forwards
+    return int(ctx.manifest.accumulation_steps or max(max(per_marks.values(), default=0),
+                                                      statistics.median(forwards.values()) if forwards else 0,
+                                                      max(split.syncs.values(), default=1)))
 
 
 @rule("accumulation_comm", "Communication repeated in every micro-batch", "Nothing to do.")
@@ -181,7 +184,7 @@ def accumulation_comm(ctx: CheckContext) -> Result:
     m = _micro_batches(ctx, split)
     if m <= 1:
         return na("one micro-batch per step as far as the run shows (no micro-batch marks, no manifest "
-                  "accumulation_steps, no reduction repeated within a step)", fix)
+                  "accumulation_steps, one DDP forward per step, no reduction repeated within a step)", fix)
     syncs = split.per_step()
     if ctx.stage == "ddp":
         if not rows:

@@ -6,7 +6,7 @@ import statistics
 from collections import defaultdict
 
 from overlapscope.analyzer.checklist.context import CheckContext
-from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, per_step
+from overlapscope.analyzer.checklist.evidence import fmt_bytes, fmt_ms, headline_figure, per_step
 from overlapscope.analyzer.checklist.findings import Result, fail_or_warn, na, rule, t
 from overlapscope.analyzer.checklist.setup import only_for, pick
 from overlapscope.analyzer.measure.collectives import Collective
@@ -93,9 +93,9 @@ def unit_size(ctx: CheckContext) -> Result:
                 f"{slow_per_step:.1f} collectives per step below {100 * t('latency_busbw'):.0f}% of the large ones' "
                 f"bus bandwidth; largest unit {biggest or '<root>'} holds {100 * share:.0f}% of the bytes")
     if slow_per_step >= t("latency_count"):
-        exposed = sum(r.exposed_ms for r in slow) / steps
-        status = fail_or_warn(exposed / ctx.mean_step_ms(), "exposed_fail")
-        return Result(status, evidence + ": many latency-bound collectives", impact_ms=exposed, fix=fix)
+        exposed = headline_figure(ctx.steps, slow)
+        status = fail_or_warn(exposed.share, "exposed_fail")
+        return Result(status, evidence + ": many latency-bound collectives", impact_ms=exposed.ms, fix=fix)
     if len(sizes) > 2 and share >= t("large_share"):
         return Result("warn", evidence + ": one unit dominates", fix=fix)
     return Result("pass", evidence, fix=fix)
@@ -131,8 +131,8 @@ def reshard_after_forward(ctx: CheckContext) -> Result:
     peaks = [m["peak_allocated_bytes"] for m in ctx.memory if m["peak_allocated_bytes"]]
     device = _device_memory(ctx)
     back = [r for r in rows if r.phase == "backward_allgather"]
-    steps = len(per_step(rows)) or 1
-    back_comm, back_exposed = sum(r.comm_ms for r in back) / steps, sum(r.exposed_ms for r in back) / steps
+    back_comm = headline_figure(ctx.steps, back, value=lambda r: r.comm_ms).ms
+    back_exposed = headline_figure(ctx.steps, back)
     if not peaks or not device:
         missing = "memory events (profile_memory=True records them)" if not peaks else "the device memory"
         return na(f"no {missing} in the trace", "Profile with profile_memory=True to judge the headroom.")
@@ -141,11 +141,11 @@ def reshard_after_forward(ctx: CheckContext) -> Result:
     if back:
         evidence = (f"peak {fmt_bytes(peak)} of {fmt_bytes(device)}; keeping all {fmt_bytes(full)} of unsharded "
                     f"weights would reach {fmt_bytes(peak + full)}; backward all-gathers take {fmt_ms(back_comm)} "
-                    f"per step, {fmt_ms(back_exposed)} exposed")
-        if peak + full <= t("memory_headroom") * device and back_exposed > 0:
-            share = back_exposed / ctx.mean_step_ms()
-            status = fail_or_warn(share, "exposed_fail")
-            return Result(status, evidence + ": the headroom allows it", impact_ms=back_exposed, fix=_keep_gathered(ctx))
+                    f"per step, {fmt_ms(back_exposed.ms)} exposed")
+        if peak + full <= t("memory_headroom") * device and back_exposed.ms > 0:
+            status = fail_or_warn(back_exposed.share, "exposed_fail")
+            return Result(status, evidence + ": the headroom allows it", impact_ms=back_exposed.ms,
+                          fix=_keep_gathered(ctx))
         return Result("pass", evidence, fix=_keep_gathered(ctx))
     evidence = f"no backward all-gathers (reshard_after_forward=False); peak {fmt_bytes(peak)} of {fmt_bytes(device)}"
     if peak >= t("memory_pressure") * device:
@@ -192,9 +192,8 @@ def _sharded_exposed(ctx: CheckContext) -> tuple[float, float, str]:
     """Exposed ms per step of the units' gathers and reduce-scatters, its share of the step, and
     the status it earns where they cross the network (fail at exposed_fail, else warn)."""
     rows = [r for r in _units(ctx) if r.phase in ("forward_allgather", "backward_allgather", "reduce_scatter")]
-    exposed = sum(r.exposed_ms for r in rows) / (len(per_step(rows)) or 1)
-    share = exposed / ctx.mean_step_ms()
-    return exposed, share, fail_or_warn(share, "exposed_fail")
+    exposed = headline_figure(ctx.steps, rows)
+    return exposed.ms, exposed.share, fail_or_warn(exposed.share, "exposed_fail")
 
 
 def _already_hsdp(ctx: CheckContext, hosts: dict[int, str]) -> Result:

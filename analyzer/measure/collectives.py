@@ -48,6 +48,10 @@ class Collective(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     # (waits.sql: the duration on the rank that arrived last); null where no peer is loaded
     wait_ms: float | None = None
     transfer_ms: float | None = None
+    # exposed_ms split the same way: the part of it inside the wait (null where no peer is
+    # loaded). What the late peer costs belongs to the straggler; rules about buckets,
+    # units and bandwidth read exposed_transfer_ms.
+    exposed_wait_ms: float | None = None
     busbw_gbps: float | None  # nccl-tests bus bandwidth of the transfer (its wait left out), GB/s
     inferred: bool  # id read from the order of the collectives, not from an annotation
     event_id: int
@@ -59,6 +63,11 @@ class Collective(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ready_ns: int | None = None  # GPU: when the compute launched before it had finished
     compute_before_ns: int = 0  # compute before its launch (collectives.sql): windows are differences
     compute_after_ns: int | None = None  # its step's compute after its launch (None: stored before it was kept)
+
+    @property
+    def exposed_transfer_ms(self) -> float:
+        """Its exposed time after its last peer arrived: what its bucket, unit or bandwidth costs."""
+        return self.exposed_ms - self.exposed_wait_ms if self.exposed_wait_ms else self.exposed_ms
 
 
 INTERNAL_FIELDS = ("start_ns", "launch_ts_ns", "ready_ns", "compute_before_ns", "compute_after_ns")
@@ -113,7 +122,7 @@ def _unit_name(kind: str, id_: str | None, inferred: bool, phase: str, orders: d
 # collectives.stats' columns that a row is built from, in the order of the loop below
 _STATS_COLUMNS = ("rank", "step", "kind", "id", "phase", "collective", "bytes", "shard_only", "dtype", "group_size",
                   "microbatch", "offset_ns", "comm_ns", "exposed_ns", "inferred", "event_id", "ts_ns",
-                  "cpu_launch_ts_ns", "ready_ns", "compute_before_ns", "compute_after_ns", "wait_ns")
+                  "cpu_launch_ts_ns", "ready_ns", "compute_before_ns", "compute_after_ns", "wait_ns", "exposed_wait_ns")
 
 
 def compute(con, info: RunInfo) -> list[Collective]:
@@ -143,7 +152,7 @@ def compute(con, info: RunInfo) -> list[Collective]:
         batch.setdefault("compute_after_ns", [None] * len(batch["rank"]))  # a reduce stored before it was kept
         for (rank, step, kind, id_, phase, collective, nbytes, shard_only, dtype, group, microbatch, offset_ns,
              comm_ns, exposed_ns, inferred, event_id, ts_ns, launch_ns, ready_ns, before_ns,
-             after_ns, wait_ns) in zip(*(batch[c] for c in _STATS_COLUMNS)):
+             after_ns, wait_ns, exposed_wait_ns) in zip(*(batch[c] for c in _STATS_COLUMNS)):
             group = group or defaults.get(collective or "", world)
             if shard_only and nbytes and group:  # nccl-tests' all-gather size is the gathered output
                 nbytes = numbers.setdefault(nbytes * group, nbytes * group)
@@ -163,6 +172,7 @@ def compute(con, info: RunInfo) -> list[Collective]:
                 exposed_ms=None if exposed_ns is None else round(exposed_ns / NS_PER_MS, MS_DIGITS),
                 wait_ms=None if wait_ns is None else round(wait_ns / NS_PER_MS, MS_DIGITS),
                 transfer_ms=None if wait_ns is None else round(transfer_ns / NS_PER_MS, MS_DIGITS),
+                exposed_wait_ms=None if exposed_wait_ns is None else round(exposed_wait_ns / NS_PER_MS, MS_DIGITS),
                 busbw_gbps=busbw,
                 inferred=bool(inferred), event_id=event_id,
                 start_ns=ts_ns, launch_ts_ns=launch_ns, ready_ns=ready_ns,

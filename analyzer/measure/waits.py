@@ -80,9 +80,11 @@ class Lane(NamedTuple):
     lane_ns: int  # the piece's length
     hidden_ns: int  # the rank's compute inside the piece
     wait_ns: int  # the first wait_ns of its span it waited for its peers
+    last_rank: int | None = None  # the rank that arrived last (None: no peer loaded)
+    lead_ns: int = 0  # of the wait, what the last rank alone caused (it arrived this long after every other)
 
 
 def lanes(con, run_id: int) -> dict[tuple[int, int], Lane]:
     """Per (rank, event_id) of each DDP bucket and FSDP unit transfer in a step: its Lane."""
     sql.ensure(con, "lanes", run_id=run_id)
-    return {(r, e): Lane(ts, n, h, w) for r, e, ts, n, h, w in sql.tuples(con, "waits.lanes")}
+    return {(r, e): Lane(ts, n, h, w, last, lead) for r, e, ts, n, h, w, last, lead in sql.tuples(con, "waits.lanes")}

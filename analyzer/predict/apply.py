@@ -55,6 +55,33 @@ def _new(model, phase: str, id_: str, collective: str, nbytes: float, group: int
                 model_ms=t, link=link, terms=terms, **kw)
 
 
+# --- the late rank on time -----------------------------------------------------------
+
+
+def _on_time(plan: StepPlan, late: int | None) -> StepPlan:
+    """Rank ``late`` arrives at each collective when the latest other rank does. Where it was
+    the last to arrive, the wait it alone caused (``lead_ms``) goes; and since collectives
+    run in issue order, its lateness also held up the arrivals at the collectives queued
+    behind (everyone's next collective starts after this one): those waits shrink by the
+    largest lead so far in the pass. The waits for the other ranks beyond that stay."""
+    if late is None:
+        return plan
+    for p in plan.passes:
+        shift = 0.0
+        for x in p.xfers:
+            if x.last_rank == late:
+                shift = max(shift, x.lead_ms)
+            cut = min(x.wait_ms, shift)
+            if cut > 0:
+                x.wait_ms -= cut
+                x.peer_ms = x.peer_ms - cut if x.peer_ms is not None and x.wait_ms > 0 else None
+            x.lead_ms = 0.0
+        if isinstance(p, DdpPass):
+            p.peer_lag_ms = max(0.0, min((x.peer_ms - x.ready_ms if x.peer_ms is not None else 0.0)
+                                         for x in p.buckets)) if p.buckets else 0.0
+    return plan
+
+
 # --- micro-batches and sync ---------------------------------------------------------
 
 
@@ -415,11 +442,13 @@ def _groups(plan: StepPlan, c: Changes, a, model, notes: list[str]) -> StepPlan:
     return replace(plan, passes=passes)
 
 
-def apply(plan: StepPlan, c: Changes, a, model, notes: list[str]) -> StepPlan:
-    """``plan`` under the changes ``c`` (a new plan)."""
+def apply(plan: StepPlan, c: Changes, a, model, notes: list[str], late: int | None = None) -> StepPlan:
+    """``plan`` under the changes ``c`` (a new plan); ``late``: the rank ``c.on_time`` puts on
+    time, resolved over the run (whatif.late_rank)."""
     if c.is_empty():
         return plan
     changed = plan.copy()
+    changed = _on_time(changed, late)
     changed = _accumulate(changed, c, a, notes)
     changed = _rebucket(changed, c, a, model, notes)
     changed = _rewrap(changed, c, a, model, notes)
@@ -445,4 +474,8 @@ def assumptions(plans: list[StepPlan], c: Changes) -> list[str]:
                    "their ready times")
     if c.wrap is not None:
         out.append("a unit's compute in proportion to its bytes")
+    if c.on_time is not None:
+        out.append("the rank on time arrives at each replayed collective with the latest other rank: the others wait "
+                   "only for each other; the run's predicted figures are the other ranks' (waits outside the "
+                   "replayed collectives as measured)")
     return out

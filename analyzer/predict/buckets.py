@@ -48,6 +48,7 @@ class RunAnalysis:
     lanes: dict = field(default_factory=dict)  # (rank, event_id) -> measure.waits.Lane: what the what-if replays
     comm_model: CommModel | None = None  # the prediction engine's comm model of the run (comm.py)
     plans: list = field(default_factory=list)  # its measured steps as plans (plan.py): what every prediction changes
+    forwards: dict = field(default_factory=dict)  # (rank, step) -> DDP forward ranges: micro-batches in a raw trace
 
     @property
     def device_kind(self) -> str:
@@ -266,6 +267,16 @@ def _memory(con, info: RunInfo, stage: str | None) -> list[dict]:
             for peak in sql.rows(con, "predict.memory_peaks")]
 
 
+def _forwards(con) -> dict[tuple[int, int], int]:
+    """DDP's forward ranges per (rank, step) (collectives.sql's step_forwards); none for a run
+    stored before they were kept."""
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'step_forwards' UNION ALL "
+                        "SELECT count(*) FROM duckdb_views() WHERE view_name = 'step_forwards'").fetchall()
+    if not any(n for (n,) in found):
+        return {}
+    return {(r, s): n for r, s, n in sql.tuples(con, "collectives.forwards")}
+
+
 def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     """Measure the run, predict it with the model, and hold both side by side."""
     info = run_info(con, run_id)
@@ -278,8 +289,9 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     # what-if starts from too), and with no change its prediction of every collective
     model = CommModel(info.manifest.calibration, rows, w_of, sources["bus_bandwidth_bytes_per_s"])
     lanes = waits.lanes(con, run_id)
+    forwards = _forwards(con)
     rows = exposure.predict_comm(rows, model)
-    measured_plans = plans(info, rows, ov["steps"], lanes, model)
+    measured_plans = plans(info, rows, ov["steps"], lanes, model, forwards)
     rows = exposure.predict_exposed(rows, measured_plans)
     grad_bytes, weight_bytes = _grad_bytes(info, rows), _weight_bytes(info, rows)
     tokens = tokens or info.manifest.tokens_per_microbatch
@@ -287,7 +299,7 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     steps, models = _per_step(rows, ov["steps"], inputs, info)
     models = reconcile(con, run_id, rows, steps, models, info.device_kind, stage)
     return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
-                       weight_bytes, lanes, model, measured_plans)
+                       weight_bytes, lanes, model, measured_plans, forwards)
 
 
 def summary(rows: list[Collective]) -> list[dict]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from overlapscope.analyzer.errors import UsageError
 
 WRAPS = ("per-block", "root-only")
+LATE = -1  # on_time's "late": the rank the others wait for, found in the run
 REDUCE_DTYPES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]?)\s*(x?)\s*$", re.IGNORECASE)
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
@@ -91,6 +92,10 @@ class Changes:
     """Data-parallel world size: the ring's bytes and hops at this size."""
     reduce_dtype: str | None = None
     """Dtype gradients are reduced in (bf16 or fp32)."""
+    on_time: int | None = None
+    """A rank that keeps up (``LATE``: the one that waits least, the straggler): it arrives at
+    each collective when the latest other rank does, so the others wait only for each other;
+    the run's figures are then the other ranks' (it matches them)."""
 
     def is_empty(self) -> bool:
         """No change: the replay of the run as measured."""
@@ -102,7 +107,8 @@ class Changes:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is not None:
-                out[f.name] = str(value) if isinstance(value, Scale) else value
+                out[f.name] = str(value) if isinstance(value, Scale) else "late" if (
+                    f.name == "on_time" and value == LATE) else value
         return out
 
     def label(self) -> str:
@@ -115,6 +121,8 @@ class Changes:
             flag = "--" + f.name.replace("_", "-")
             if f.name == "sync":
                 words.append("--sync" if value else "--no-sync")
+            elif f.name == "on_time":
+                words.append(f"{flag} {'late' if value == LATE else value}")
             elif isinstance(value, bool):
                 words.append(f"{flag} {'on' if value else 'off'}")
             elif f.name in ("intra_bandwidth", "inter_bandwidth"):
@@ -158,6 +166,16 @@ def parse_switch(text: str, flag: str) -> bool:
     raise UsageError(f"{flag}: must be on or off, got {text!r}")
 
 
+def parse_rank(text: str, flag: str) -> int:
+    """A rank number, or ``late``: the rank the others wait for (``LATE``)."""
+    word = str(text).strip().lower()
+    if word == "late":
+        return LATE
+    if not word.isdigit():
+        raise UsageError(f"{flag}: must be a rank number or 'late', got {text!r}")
+    return int(word)
+
+
 def parse_wrap(text: str, flag: str = "--wrap") -> str:
     word = str(text).strip().lower()
     if word not in WRAPS:
@@ -188,6 +206,7 @@ READERS = {
     "bandwidth": ("bandwidth", lambda t, f: parse_number(t, f, ratio_ok=True)),
     "gpus": ("gpus", parse_count),
     "reduce-dtype": ("reduce_dtype", parse_dtype),
+    "on-time": ("on_time", parse_rank),
 }
 
 

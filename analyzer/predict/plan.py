@@ -57,6 +57,8 @@ class Xfer:
     terms: object = None  # comm.Terms of the prediction (None: as measured)
     wait_ms: float = 0.0  # of its lane piece, the time it waited for its peers (carried as measured)
     peer_ms: float | None = None  # DDP: when its last peer arrived, ms after the backward start (None: no wait)
+    last_rank: int | None = None  # the rank that arrived last at it (None: no peer loaded)
+    lead_ms: float = 0.0  # of wait_ms, what last_rank alone caused: it arrived this long after every other rank
     key: tuple[int, int] | None = None  # (rank, event_id) of the measured collective it was read from
 
     @property
@@ -172,7 +174,8 @@ def _xfer(r, model, lanes: dict) -> Xfer:
                 model_ms=model.model_ms(r.collective, r.bytes or 0, int(r.group_size or 1)) if r.collective else None,
                 measured_ms=r.comm_ms, measured_exposed_ms=(lane.lane_ns - lane.hidden_ns) / NS_PER_MS, link=link,
                 dtype_bytes=float(itemsize(r.dtype)) if r.dtype and itemsize(r.dtype) else None,
-                wait_ms=wait_ns / NS_PER_MS, key=(r.rank, r.event_id))
+                wait_ms=wait_ns / NS_PER_MS, key=(r.rank, r.event_id), last_rank=lane.last_rank,
+                lead_ms=min(wait_ns, lane.lead_ns) / NS_PER_MS)
 
 
 def _ready_ns(r, device_kind: str) -> int:
@@ -292,10 +295,12 @@ def _passes(rows, kind: str, device_kind: str, lanes: dict, model, pass_ms: floa
     return out
 
 
-def plans(info, collectives, steps: list[dict], lanes: dict, model) -> list[StepPlan]:
+def plans(info, collectives, steps: list[dict], lanes: dict, model, forwards: dict | None = None) -> list[StepPlan]:
     """One StepPlan per (rank, step) that has DDP buckets or FSDP units: ``collectives`` the
     run's measured collectives, ``steps`` its measured steps (analyze's rows), ``lanes`` each
-    collective's piece of the comm lane (measure.waits.lanes), ``model`` its comm model."""
+    collective's piece of the comm lane (measure.waits.lanes), ``model`` its comm model,
+    ``forwards`` DDP's forward ranges per (rank, step): micro-batches where nothing else says."""
+    forwards = forwards or {}
     blocking = blocking_families(collectives)
     by_step: dict[tuple, list] = defaultdict(list)
     for r in collectives:
@@ -310,7 +315,8 @@ def plans(info, collectives, steps: list[dict], lanes: dict, model) -> list[Step
         optimizer_ms = min(min(after) / NS_PER_MS if after else 0.0, s["compute_ms"])
         kind = max(("ddp_bucket", "fsdp_unit"), key=lambda k: sum(r.kind == k for r in rows))
         # a pass's compute: the measured compute of the passes shared by the micro-batches
-        microbatches = max(len({r.microbatch for r in rows}), int(info.manifest.accumulation_steps or 1))
+        microbatches = max(len({r.microbatch for r in rows}), int(info.manifest.accumulation_steps or 1),
+                           forwards.get((s["rank"], s["step"]), 1))
         pass_ms = max(0.0, s["compute_ms"] - optimizer_ms) / microbatches
         passes = _passes(rows, kind, info.device_kind, lanes, model, pass_ms)
         if passes:

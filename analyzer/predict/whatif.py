@@ -28,7 +28,7 @@ from overlapscope.analyzer.units import MS_DIGITS
 from overlapscope.contract.figures import STEP_TIMES, overlap_pct as overlap_of
 from overlapscope.analyzer.predict import apply, memory
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.predict.changes import READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
+from overlapscope.analyzer.predict.changes import LATE, READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
 from overlapscope.analyzer.predict.comm import CommModel
 from overlapscope.analyzer.predict.plan import StepPlan
 from overlapscope.analyzer.predict.replay import replay_plan
@@ -121,9 +121,17 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
     if ranks is not None:
         measured_plans = [p for p in measured_plans if p.rank in ranks]
     notes: list[str] = []
+    late = None
+    if changes.on_time is not None:
+        late = late_rank(measured_plans) if changes.on_time == LATE else changes.on_time
+        if late is None:
+            notes.append("--on-time: no rank waits for another in the replayed collectives: nothing to put on time")
+        else:
+            notes.append(f"rank {late}" + (" (the late rank: the others wait for it most)" if changes.on_time == LATE
+                                            else "") + " on time; its step taken as the others'")
     steps = []
     for plan in measured_plans:
-        changed = apply.apply(plan, changes, a, model, notes)
+        changed = apply.apply(plan, changes, a, model, notes, late)
         steps.append(_step(plan, changed) | {"_plan": plan, "_changed": changed})
     if not steps:
         return {"changes": changes.as_json(), "label": changes.label(), "measured": None, "replayed": None,
@@ -131,6 +139,9 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
                 "assumptions": [], "warnings": ["no DDP buckets or FSDP units in this trace: nothing to replay"]}
     ranks = {p.rank for p in measured_plans}
     rows = _figure_rows(a, steps, ranks)
+    if late is not None and len(ranks) > 1:  # the rank on time keeps up: what it takes is the others' step
+        for key in ("predicted", "model"):
+            rows[key] = [r for r in rows[key] if r["rank"] != late]
     result = {k: _run_figures(v) for k, v in rows.items()}
     unplanned = len(rows["measured"]) - len(steps)
     if unplanned > 0:
@@ -155,6 +166,17 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
     }
 
 
+def late_rank(plans: list[StepPlan]) -> int | None:
+    """The rank the others wait for: the one whose late arrivals alone cost the others the
+    most wait in the replayed collectives (None: no rank arrived after every other)."""
+    caused: dict[int, float] = {}
+    for p in plans:
+        for x in p.xfers:
+            if x.last_rank is not None and x.lead_ms > 0:
+                caused[x.last_rank] = caused.get(x.last_rank, 0.0) + x.lead_ms
+    return max(caused, key=lambda r: (caused[r], -r)) if caused else None
+
+
 def run_setting(a, name: str):
     """The run's own setting of flag ``name`` (``bucket-mb``, ``sync``, ``wrap``, ...) as the
     flag's reader gives it; None where the trace and the manifest do not tell."""
@@ -177,6 +199,7 @@ def _setting(a, name: str, ratio: bool):
         "bandwidth": Scale(1.0, True) if ratio else None,
         "gpus": a.info.world_size,
         "reduce-dtype": ("bf16" if REDUCE_DTYPES[dtype] == 2 else "fp32") if dtype in REDUCE_DTYPES else None,
+        "on-time": None,
     }
     return known.get(name)
 

@@ -1,7 +1,7 @@
 -- params: run_id
 -- scope: rank
 -- requires: overlap
--- provides: collective_stats
+-- provides: collective_stats, step_forwards
 --
 -- Per-collective attribution: which bucket or unit each transfer belongs to, in
 -- which phase, its bytes, comm time, exposed time and bus bandwidth inputs.
@@ -12,7 +12,8 @@
 -- collective_stats: one row per transfer (GPU collective kernel or gloo span):
 --   rank, step, event_id, kind ('ddp_bucket', 'fsdp_unit', 'other'), id (bucket
 --   index, unit FQN, or the collective for 'other'), phase, inferred (id read from
---   the order of the collectives, not from an annotation), microbatch, collective
+--   the order of the collectives, not from an annotation), microbatch (the tracer's
+--   mark, else where a step runs several DDP forwards the one it follows), collective
 --   (canonical kind), bytes (full buffer), shard_only (bytes are an all-gather's
 --   shard: multiply by the group size), dtype, group_size, pg_name, ts_ns, end_ns,
 --   comm_ns, cpu_launch_ts_ns, offset_ns (start within its step's window),
@@ -27,6 +28,9 @@
 --   from its launch to the end of its step: GPU kernel time launched up to the end of
 --   the ProfilerStep range, CPU compute union up to the window's end; what the
 --   what-if engine reads to tell the optimizer's compute from the passes').
+--
+-- step_forwards: per rank and step that runs DDP's forward, how many times (forwards):
+--   the micro-batches of a step where no mark or manifest says (a raw profiler trace).
 
 -- _co_transfer: every comm transfer (GPU collective kernel or gloo span).
 CREATE OR REPLACE TEMP TABLE _co_transfer AS
@@ -123,6 +127,19 @@ SELECT r.rank,
                         WHERE a.run_id = r.run_id AND a.rank = r.rank AND a.role = 'ddp_forward')) AS ddp
 FROM ranks r WHERE r.run_id = getvariable('run_id');
 
+-- _co_fwd: DDP's forward ranges of each step, numbered: where a step runs more than one (gradient
+-- accumulation in a raw profiler trace, no micro-batch marks), the k-th forward starts micro-batch k.
+CREATE OR REPLACE TEMP TABLE _co_fwd AS
+SELECT e.rank, e.step, e.ts_ns,
+       (row_number() OVER (PARTITION BY e.rank, e.step ORDER BY e.ts_ns, e.event_id) - 1)::VARCHAR AS k,
+       count(*) OVER (PARTITION BY e.rank, e.step) AS n
+FROM events e JOIN annotation_roles r USING (run_id, rank, name)
+WHERE e.run_id = getvariable('run_id') AND r.role = 'ddp_forward' AND e.step IS NOT NULL;
+
+-- step_forwards: per rank and step with DDP forward ranges, how many (the micro-batches of a raw trace).
+CREATE OR REPLACE TEMP TABLE step_forwards AS
+SELECT rank, step, max(n) AS forwards FROM _co_fwd GROUP BY ALL;
+
 -- _co_context: per transfer, what its launch sits inside (innermost wins: the latest start, then
 -- the earliest end).
 CREATE OR REPLACE TEMP TABLE _co_context AS
@@ -147,11 +164,14 @@ WITH base AS (
                         coalesce(t.dtype, l.launch_dtype) AS dtype),
            l.launch_id, l.launch_ts_ns AS cpu_launch_ts_ns,
            coalesce(l.full_bytes, t.bytes) AS nbytes, coalesce(l.shard_only, false) AS shard_only,
-           x.bucket, x.microbatch, x.gather_unit, x.reduce_unit,
+           x.bucket, coalesce(x.microbatch, CASE WHEN f.n > 1 THEN f.k END) AS microbatch,
+           x.gather_unit, x.reduce_unit,
            coalesce(x.in_backward, false) AS in_backward, coalesce(x.in_fsdp, false) AS in_fsdp
     FROM _co_transfer t
     LEFT JOIN _co_launch l USING (rank, event_id)
     LEFT JOIN _co_context x USING (rank, event_id)
+    ASOF LEFT JOIN _co_fwd f ON f.rank = t.rank AND f.step = t.step
+                             AND coalesce(l.launch_ts_ns, t.ts_ns) >= f.ts_ns
 ), tagged AS (
     SELECT *,
         CASE WHEN bucket IS NOT NULL THEN 'ddp_bucket'

@@ -19,7 +19,9 @@
 --               lane_ns (the piece's length, 0 when an earlier transfer covers it),
 --               hidden_ns (compute of the rank inside the piece: comm_compute),
 --               wait_ns (waits.sql: the first wait_ns of its span it waited for its
---               peers; 0 for a transfer seen on one rank only)
+--               peers; 0 for a transfer seen on one rank only), last_rank (the rank
+--               that arrived last; null without peers), lead_ns (how much of that
+--               wait the last rank alone caused: waits.sql's last_lead_ns, 0 on itself)
 
 CREATE OR REPLACE TEMP TABLE _ln_piece AS
 SELECT rank, event_id, end_ns,
@@ -36,7 +38,9 @@ CREATE OR REPLACE TEMP TABLE comm_lane AS
 SELECT p.rank, p.event_id, p.lane_ts_ns, p.end_ns - p.lane_ts_ns AS lane_ns,
        (covered_ns(p.end_ns, b.ts_ns, b.end_ns, b.before_ns)
         - covered_ns(p.lane_ts_ns, a.ts_ns, a.end_ns, a.before_ns))::BIGINT AS hidden_ns,
-       coalesce(w.wait_ns, 0)::BIGINT AS wait_ns
+       coalesce(w.wait_ns, 0)::BIGINT AS wait_ns,
+       CASE WHEN w.peers > 1 THEN w.last_rank END AS last_rank,
+       CASE WHEN w.peers > 1 AND w.last_rank <> p.rank THEN w.last_lead_ns ELSE 0 END::BIGINT AS lead_ns
 FROM _ln_piece p
 ASOF LEFT JOIN _ln_cover a ON a.grp = p.rank AND p.lane_ts_ns >= a.ts_ns
 ASOF LEFT JOIN _ln_cover b ON b.grp = p.rank AND p.end_ns >= b.ts_ns

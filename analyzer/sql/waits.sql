@@ -1,7 +1,7 @@
 -- params: run_id
 -- scope: run
 -- requires: clocks, instances
--- provides: comm_wait, wait_step, wait_rank
+-- provides: comm_wait, comm_wait_hidden, wait_step, wait_rank
 --
 -- Comm split into waiting for peers and transfer (the TensorBoard profiler's
 -- synchronizing vs data-transfer time). A collective cannot move data before its
@@ -20,7 +20,12 @@
 --   comm_wait   one row per transfer: rank, event_id, step, ts_ns, end_ns, dur_ns,
 --               common_ts_ns (start on the common clock), peers (loaded ranks that
 --               ran the instance), last_rank (the one that arrived last),
---               transfer_ns, wait_ns (dur_ns = transfer_ns + wait_ns)
+--               transfer_ns, wait_ns (dur_ns = transfer_ns + wait_ns), last_lead_ns (how
+--               much later than every other rank the last one arrived: the part of the
+--               others' wait that it alone caused; the what-if's late rank on time)
+--   comm_wait_hidden  one row per transfer with a wait: rank, event_id, wait_hidden_ns
+--               (the rank's compute inside its waiting part), hidden_ns (inside all of it);
+--               what splits its exposed time into waiting and transfer (queries/collectives.sql)
 --   wait_step   one row per rank and step with comm: wait_ns, exposed_wait_ns
 --   wait_rank   one row per loaded rank, over every transfer: clock_offset_ns,
 --               matched, peered (instances shared with another loaded rank),
@@ -34,13 +39,19 @@ WITH a AS (
 ), last AS (
     -- the last to arrive; ranks that arrive at the same instant: the highest (a fixed choice)
     SELECT ikey, count(*) AS peers, arg_max(rank, struct_pack(t := common_ts_ns, r := rank)) AS last_rank,
-           arg_max(dur_ns, struct_pack(t := common_ts_ns, r := rank)) AS last_dur_ns
+           arg_max(dur_ns, struct_pack(t := common_ts_ns, r := rank)) AS last_dur_ns,
+           max(common_ts_ns) AS last_ts_ns
     FROM a GROUP BY ikey
+), lead AS (
+    -- how much later than every other rank the last one arrived
+    SELECT a.ikey, l.last_ts_ns - max(a.common_ts_ns) AS last_lead_ns
+    FROM a JOIN last l USING (ikey) WHERE a.rank <> l.last_rank GROUP BY a.ikey, l.last_ts_ns
 )
 SELECT a.rank, a.event_id, a.step, a.ts_ns, a.end_ns, a.dur_ns, a.common_ts_ns, l.peers, l.last_rank,
        CASE WHEN l.peers > 1 THEN least(a.dur_ns, l.last_dur_ns) ELSE a.dur_ns END AS transfer_ns,
-       a.dur_ns - CASE WHEN l.peers > 1 THEN least(a.dur_ns, l.last_dur_ns) ELSE a.dur_ns END AS wait_ns
-FROM a JOIN last l USING (ikey);
+       a.dur_ns - CASE WHEN l.peers > 1 THEN least(a.dur_ns, l.last_dur_ns) ELSE a.dur_ns END AS wait_ns,
+       coalesce(d.last_lead_ns, 0)::BIGINT AS last_lead_ns
+FROM a JOIN last l USING (ikey) LEFT JOIN lead d USING (ikey);
 
 -- Group keys (rank, step, what) packed into one BIGINT as in overlap.sql:
 -- what 1: a step's waiting parts, 2: the rank's (every transfer).
@@ -111,3 +122,17 @@ FROM rank_clock k
 LEFT JOIN per p USING (rank)
 LEFT JOIN transfer t USING (rank)
 LEFT JOIN _cw_len l ON l.rank = k.rank AND l.step IS NULL AND l.what = 2;
+
+CREATE OR REPLACE TEMP TABLE _cw_csrc AS SELECT rank AS grp, ts_ns, end_ns FROM comm_compute;
+CREATE OR REPLACE TEMP TABLE _cw_ccover AS SELECT * FROM interval_cumulative('_cw_csrc');
+CREATE OR REPLACE TEMP TABLE comm_wait_hidden AS
+SELECT w.rank, w.event_id,
+       (covered_ns(w.ts_ns + w.wait_ns, m.ts_ns, m.end_ns, m.before_ns)
+        - covered_ns(w.ts_ns, a.ts_ns, a.end_ns, a.before_ns))::BIGINT AS wait_hidden_ns,
+       (covered_ns(w.end_ns, b.ts_ns, b.end_ns, b.before_ns)
+        - covered_ns(w.ts_ns, a.ts_ns, a.end_ns, a.before_ns))::BIGINT AS hidden_ns
+FROM comm_wait w
+ASOF LEFT JOIN _cw_ccover a ON a.grp = w.rank AND w.ts_ns >= a.ts_ns
+ASOF LEFT JOIN _cw_ccover m ON m.grp = w.rank AND w.ts_ns + w.wait_ns >= m.ts_ns
+ASOF LEFT JOIN _cw_ccover b ON b.grp = w.rank AND w.end_ns >= b.ts_ns
+WHERE w.peers > 1 AND w.wait_ns > 0;

@@ -1,10 +1,25 @@
 -- Reading collectives.sql's table (measure/collectives.py).
 
 -- name: stats
-SELECT *, NULL::BIGINT AS wait_ns FROM collective_stats ORDER BY rank, ts_ns, event_id;
+SELECT *, NULL::BIGINT AS wait_ns, NULL::BIGINT AS exposed_wait_ns FROM collective_stats ORDER BY rank, ts_ns, event_id;
 
--- With each transfer's wait for its peers (waits.sql's comm_wait; null where no peer ran it).
+-- With each transfer's wait for its peers (waits.sql's comm_wait; null where no peer ran it)
+-- and the part of its exposed time spent in that wait. The wait comes first (nothing moves
+-- before the last peer arrives); its exposed time is split between the wait and the transfer
+-- as their lengths that no compute covers (comm_wait_hidden). Exact while the transfers it
+-- shares time with do not change during its span (collectives.sql shares exposed time
+-- equally between concurrent transfers), and never more than its exposed time.
 -- name: stats_waited
-SELECT s.*, CASE WHEN w.peers > 1 THEN w.wait_ns END AS wait_ns
+SELECT s.*, CASE WHEN w.peers > 1 THEN w.wait_ns END AS wait_ns,
+       CASE WHEN w.peers > 1 THEN
+           CASE WHEN h.rank IS NULL OR s.comm_ns - h.hidden_ns <= 0 THEN 0
+                ELSE round(s.exposed_ns * greatest(0, w.wait_ns - h.wait_hidden_ns) / (s.comm_ns - h.hidden_ns))
+           END
+       END::BIGINT AS exposed_wait_ns
 FROM collective_stats s LEFT JOIN comm_wait w ON w.rank = s.rank AND w.event_id = s.event_id
+LEFT JOIN comm_wait_hidden h ON h.rank = s.rank AND h.event_id = s.event_id
 ORDER BY s.rank, s.ts_ns, s.event_id;
+
+-- name: forwards
+-- Per rank and step, DDP's forward ranges (DistributedDataParallel.forward): one per micro-batch.
+SELECT rank, step, forwards FROM step_forwards ORDER BY ALL;

@@ -20,5 +20,6 @@ GROUP BY ALL ORDER BY rank, step;
 SELECT (rank::BIGINT << $event_id_bits) | event_id AS key, wait_ns FROM comm_wait ORDER BY key;
 
 -- name: lanes
--- Per DDP bucket or FSDP unit transfer: its piece of the comm lane, the compute inside it, its wait (lanes.sql).
-SELECT rank, event_id, lane_ts_ns, lane_ns, hidden_ns, wait_ns FROM comm_lane;
+-- Per DDP bucket or FSDP unit transfer: its piece of the comm lane, the compute inside it, its wait and
+-- the rank it waited for (lanes.sql).
+SELECT rank, event_id, lane_ts_ns, lane_ns, hidden_ns, wait_ns, last_rank, lead_ns FROM comm_lane;

@@ -37,8 +37,10 @@ def _rank(rank: int, world: int, late: int, c_us: float, x_us: float, d_us: floa
         work = (mine - gap * kernels) / kernels
         for k in range(kernels):
             at += gap
-            # a kernel that starts 2 us after its launch, after an idle gap: the device waited for the host
-            t.kernel(at, work, launch_us=(at - 2.0) if gap else base + 0.5 + 0.1 * k)
+            # a kernel that starts 2 us after its launch, after an idle gap: the device waited for the host;
+            # else launched 30 us ahead of its start, as a host running ahead does (so a bucket's gradients
+            # are ready when the kernels launched before it end, as in the backward it models)
+            t.kernel(at, work, launch_us=(at - 2.0) if gap else max(base + 0.5 + 0.1 * k, at - 30.0))
             at += work
         if flops:
             t.cpu_op("aten::mm", base + 0.2, 0.1, flops=flops * (1.3 if rank == late else 1.0))

@@ -43,12 +43,12 @@ def _names(con) -> list[str]:
 
 
 def _in_order():
-    return [r + (None,) for r in sorted(ROWS, key=lambda r: (r[0], r[14], r[2]))]
+    return [r + (None, None) for r in sorted(ROWS, key=lambda r: (r[0], r[14], r[2]))]
 
 
 @pytest.mark.parametrize("batch", [1, 3, 4, 1000])
 def test_column_batches_are_the_rows_in_order(con, batch):
-    names = _names(con) + ["wait_ns"]
+    names = _names(con) + ["wait_ns", "exposed_wait_ns"]
     parts = list(sql.column_batches(con, "collectives.stats", batch=batch))
     assert [len(p["rank"]) for p in parts] == [min(batch, 4 - i) for i in range(0, 4, batch)]
     assert all(list(p) == names for p in parts)  # every column, in the query's order
