@@ -93,6 +93,8 @@ class Result:
     impact_ms: float | None = None
     details: dict = field(default_factory=dict)
     fix: str | None = None  # instead of the rule's default fix
+    predicted_gain_ms: float | None = None  # a rule that ran its fix's what-if itself (straggler)
+    whatif: str | None = None  # that what-if's flags
 
 
 def na(evidence: str, fix: str | None = None) -> Result:
@@ -129,7 +131,8 @@ class Rule:
     def __call__(self, ctx) -> Finding:
         r = self.check(ctx)
         return Finding(self.id, self.title, r.status, r.evidence, r.fix or self.fix,
-                       impact_ms=r.impact_ms, details=dict(r.details))
+                       impact_ms=r.impact_ms, details=dict(r.details),
+                       predicted_gain_ms=r.predicted_gain_ms, whatif=r.whatif)
 
 
 RULES: dict[str, Rule] = {}

@@ -5,9 +5,10 @@ candidate changes; each is predicted on the run (analyzer/predict/whatif.py) and
 that fits in memory gives the finding its ``predicted_gain_ms`` (step time saved per
 step, the slowest rank's median: the headline's definition) and ``whatif`` (its flags,
 to run ``overlapscope whatif`` with); for more tokens per micro-batch, the time the
-measured step's tokens would take (predicted step / the token ratio); for a straggler, the late rank
-on time (``--on-time RANK``), whose gain is also the finding's ``impact_ms``. Rules whose fix no change
-expresses (host-bound steps, clipping) keep None: their ``impact_ms`` says what they cost.
+measured step's tokens would take (predicted step / the token ratio). The straggler rule runs its
+what-if itself (the late rank on time, ``--on-time RANK``: its gain is the finding's ``impact_ms``)
+and links it where it grades. Rules whose fix no change expresses (host-bound steps, clipping) keep
+None: their ``impact_ms`` says what they cost.
 
 A change is linked only when it is not the run's own setting (``--bucket-mb 25`` on a run
 at 25 MB buys nothing) and the what-if predicts it saves at least the ``gain_floor``
@@ -63,7 +64,6 @@ CANDIDATES = {
     "low_bus_bandwidth": _bandwidth,
     "tokens_below_fw": _tokens,
     "hsdp_candidate": _hsdp,
-    "straggler": lambda f, a: [Changes(on_time=f.details["late_rank"])] if "late_rank" in f.details else [],
 }
 
 

@@ -11,13 +11,15 @@ A run always has a last rank somewhere: the rule fails or warns only when the sa
 rank is late consistently, beyond the run's jitter: late (the others losing at least
 half of the typical loss) in at least 3 of 4 profiled steps (every step of a run of
 fewer than 4), the typical loss being the median over steps, and that typical loss
-over twice the run's jitter. The jitter is the larger of how much the loss itself
-varies from step to step (its standard deviation) and how much the steps vary (the
-median over ranks of the robust spread of their step times, 1.4826 x the median
-absolute deviation: the last step's shorter window does not count). Noise moves the
-last rank from step to step, makes one step's loss stand out alone, or stays within
-what the steps vary by anyway (healthy 2- and 4-rank gloo runs on 2 cores: steps
-varying by 2-7 ms, "losses" of 1-4 ms).
+over twice the run's jitter. The jitter is the largest of how much the loss itself
+varies from step to step (its standard deviation), how much each rank's compute per
+step varies (the median over ranks of its robust spread, 1.4826 x the median absolute
+deviation), which is what moves a rank's arrival, and how far apart the other ranks'
+own waits are (with two or more ranks beside the late one: the median over steps of their standard
+deviation; ranks that nobody made late arrive that far apart). Noise moves the last
+rank from step to step, makes one step's loss stand out alone, or stays within what
+ranks differ by anyway (healthy 2- and 4-rank gloo runs on 2 cores: "losses" of 0-4 ms,
+the other ranks' waits 1-5 ms apart, compute varying by 1-5 ms).
 
 What fixing it buys is the step it would save: the what-if with the late rank on
 time (``--on-time RANK``: it arrives with the latest other rank, so the waits it alone
@@ -113,20 +115,24 @@ def _fix(ctx: CheckContext, late: int, cause: str | None) -> str:
     return join(_FIX_BASE.format(late=late), how)
 
 
-def _losses(ctx: CheckContext, late: int, ranks: list[int]) -> list[float]:
-    """Per profiled step that every rank of ``ranks`` shares: what the others lose to ``late``
-    (their mean exposed wait beyond its own), ms."""
+def _losses(ctx: CheckContext, late: int, ranks: list[int]) -> tuple[list[float], list[float]]:
+    """Per profiled step that the ranks of ``ranks`` share: what the others lose to ``late``
+    (their mean exposed wait beyond its own), ms; and, where there are two or more others,
+    how much their own exposed waits differ (their standard deviation): how far apart ranks
+    arrive that nobody made late."""
     by_step: dict[int, dict[int, float]] = defaultdict(dict)
     for w in ctx.waits:
         if w["rank"] in ranks:
             by_step[w["step"]][w["rank"]] = w["exposed_wait_ms"] or 0.0
-    out = []
+    losses, apart = [], []
     for step in sorted(by_step):
         waits = by_step[step]
         others = [waits[r] for r in ranks if r != late and r in waits]
         if late in waits and others:
-            out.append(statistics.fmean(others) - waits[late])
-    return out
+            losses.append(statistics.fmean(others) - waits[late])
+            if len(others) > 1:
+                apart.append(statistics.stdev(others))
+    return losses, apart
 
 
 def _spread(values: list[float]) -> float:
@@ -135,16 +141,19 @@ def _spread(values: list[float]) -> float:
     return 1.4826 * statistics.median(abs(v - middle) for v in values)
 
 
-def jitter_ms(steps: list[dict], losses: list[float]) -> float:
-    """The run's jitter: the larger of the step-to-step standard deviation of the loss and
-    the median over ranks of the robust spread of their step times."""
+def jitter_ms(steps: list[dict], losses: list[float], apart: list[float]) -> float:
+    """The run's jitter, the largest of: the step-to-step standard deviation of the loss; the
+    median over ranks of the robust spread of their compute per step (what moves a rank's
+    arrival; step times move together on a loaded machine, their spread says nothing about
+    who arrives when); the median over steps of how far apart the other ranks' waits are."""
     by_rank: dict[int, list[float]] = defaultdict(list)
     for s in steps:
-        if s["step_ms"]:
-            by_rank[s["rank"]].append(s["step_ms"])
+        if s["compute_ms"] is not None:
+            by_rank[s["rank"]].append(s["compute_ms"])
     spreads = [_spread(v) for v in by_rank.values() if len(v) > 1]
-    step_jitter = statistics.median(spreads) if spreads else 0.0
-    return max(step_jitter, statistics.stdev(losses) if len(losses) > 1 else 0.0)
+    return max(statistics.median(spreads) if spreads else 0.0,
+               statistics.stdev(losses) if len(losses) > 1 else 0.0,
+               statistics.median(apart) if apart else 0.0)
 
 
 def _consistent(losses: list[float], jitter: float) -> tuple[bool, float, int]:
@@ -157,9 +166,10 @@ def _consistent(losses: list[float], jitter: float) -> tuple[bool, float, int]:
     return typical > JITTER_TIMES * jitter and late_steps >= need, typical, late_steps
 
 
-def _on_time_gain(ctx: CheckContext, late: int) -> tuple[float | None, str | None]:
+def _on_time_gain(ctx: CheckContext, late: int) -> tuple[float | None, float | None, str | None]:
     """The step the others would save with ``late`` on time (the what-if's gain, the headline's
-    aggregation) and the what-if's flags; (None, None) where nothing can be replayed."""
+    aggregation), the measured step it is a share of (the headline's) and the what-if's flags;
+    all None where nothing can be replayed."""
     a = ctx.analysis
     ranks = None
     if len(ctx.ranks) > REPLAYED_RANKS:
@@ -168,8 +178,8 @@ def _on_time_gain(ctx: CheckContext, late: int) -> tuple[float | None, str | Non
         ranks = {late, *(r["rank"] for r in slow)}
     p = whatif.predict(a, Changes(on_time=late), ranks=ranks)
     if not p["predicted"]:
-        return None, None
-    return max(0.0, p["predicted"]["gain_ms"]), p["label"]
+        return None, None, None
+    return max(0.0, p["predicted"]["gain_ms"]), p["measured"]["step_ms"], p["label"]
 
 
 @rule("straggler", "A straggler rank makes the others wait in collectives", _FIX_NONE)
@@ -188,16 +198,15 @@ def straggler(ctx: CheckContext) -> Result:
     last = {k: v["last_arrivals"] / v["peered"] for k, v in peered.items()}
     late = min(exposed, key=lambda k: (exposed[k], -last[k], k))
     others = sorted(k for k in exposed if k != late)
-    losses = _losses(ctx, late, sorted(peered))
-    jitter = jitter_ms(ctx.steps, losses)
+    losses, apart = _losses(ctx, late, sorted(peered))
+    jitter = jitter_ms(ctx.steps, losses, apart)
     consistent, typical, late_steps = _consistent(losses, jitter)
     lost = max(0.0, typical)
-    step_ms = ctx.mean_step_ms()
     cause, why = _cause(ctx, late, others, lost)
     per_rank = ", ".join(f"rank {k} {fmt_ms(exposed[k])}" for k in sorted(exposed))
-    gain, label = _on_time_gain(ctx, late) if consistent else (None, None)
+    gain, step_ms, label = _on_time_gain(ctx, late) if consistent else (None, None, None)
     impact = gain if gain is not None else lost
-    share = impact / step_ms
+    share = impact / (step_ms or ctx.mean_step_ms())
     evidence = (f"rank {late} arrives last at {100 * last[late]:.0f}% of the collectives it shares and is late in "
                 f"{late_steps} of {len(losses)} profiled steps; the other ranks lose a median {fmt_ms(lost)} per step "
                 f"waiting for it (wall clock, concurrent collectives counted once, beyond what rank {late} waits "
@@ -215,8 +224,10 @@ def straggler(ctx: CheckContext) -> Result:
     }
     if not consistent:
         evidence = (f"no rank is late consistently beyond the run's jitter ({fmt_ms(jitter)}: how much the loss and "
-                    f"the steps vary from step to step; late means in {100 * CONSISTENT_SHARE:.0f}% of the steps by "
+                    f"the ranks' compute vary from step to step; late means in {100 * CONSISTENT_SHARE:.0f}% of the steps by "
                     f"half the median loss, that loss over {JITTER_TIMES:g}x the jitter): " + evidence)
         return Result("pass", evidence, impact_ms=lost, details=details, fix=_fix(ctx, late, cause))
-    return Result(grade(share, "straggler_fail", "straggler_warn"), evidence, impact_ms=impact, details=details,
-                  fix=_fix(ctx, late, cause))
+    status = grade(share, "straggler_fail", "straggler_warn")
+    linked = gain is not None and status != "pass"
+    return Result(status, evidence, impact_ms=impact, details=details, fix=_fix(ctx, late, cause),
+                  predicted_gain_ms=round(gain, 4) if linked else None, whatif=label if linked else None)

@@ -33,7 +33,7 @@ def compute(con, run_id: int) -> dict:
         hta_overlap_pct=pct(r["hidden_hta_ns"], r["comm_hta_ns"]) if r["comm_hta_ns"] else None,
         # comparisons between ranks (measure/waits.py): the rank's clock offset, and its
         # comm split into waiting for peers and transfer (null without a peer loaded)
-        **_split(split.get(r["rank"]), r["comm_ns"]),
+        **_split(split.get(r["rank"])),
     ).as_json() for r in sql.rows(con, "overlap.ranks")]
     steps = [StepFigures(
         rank=s["rank"],
@@ -51,7 +51,7 @@ def compute(con, run_id: int) -> dict:
     return {"ranks": ranks, "steps": steps}
 
 
-def _split(w: dict | None, comm_ns) -> dict:
+def _split(w: dict | None) -> dict:
     if w is None:
         return {"clock_offset_ms": 0.0, "comm_wait_ms": None, "comm_transfer_ms": None, "exposed_wait_ms": None}
     return {k: w[k] for k in ("clock_offset_ms", "comm_wait_ms", "comm_transfer_ms", "exposed_wait_ms")}

@@ -270,9 +270,7 @@ def _memory(con, info: RunInfo, stage: str | None) -> list[dict]:
 def _forwards(con) -> dict[tuple[int, int], int]:
     """DDP's forward ranges per (rank, step) (collectives.sql's step_forwards); none for a run
     stored before they were kept."""
-    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'step_forwards' UNION ALL "
-                        "SELECT count(*) FROM duckdb_views() WHERE view_name = 'step_forwards'").fetchall()
-    if not any(n for (n,) in found):
+    if not sql.has_table(con, "step_forwards"):
         return {}
     return {(r, s): n for r, s, n in sql.tuples(con, "collectives.forwards")}
 

@@ -93,9 +93,9 @@ class Changes:
     reduce_dtype: str | None = None
     """Dtype gradients are reduced in (bf16 or fp32)."""
     on_time: int | None = None
-    """A rank that keeps up (``LATE``: the one that waits least, the straggler): it arrives at
-    each collective when the latest other rank does, so the others wait only for each other;
-    the run's figures are then the other ranks' (it matches them)."""
+    """A rank that keeps up (``LATE``: the one whose late arrivals cost the others the most
+    wait, whatif.late_rank): it arrives at each collective when the latest other rank does,
+    so the others wait only for each other; the run's figures are then the other ranks'."""
 
     def is_empty(self) -> bool:
         """No change: the replay of the run as measured."""

@@ -147,6 +147,13 @@ def ensure_macros(con) -> None:
         con.execute(text("intervals").replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"))
 
 
+def has_table(con, name: str) -> bool:
+    """Whether the connection has a table or view ``name``."""
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? UNION ALL "
+                        "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [name, name]).fetchall()
+    return any(n for (n,) in found)
+
+
 def ensure(con, name: str, /, **params) -> None:
     """Run script ``name`` (and what it requires) unless it already ran with ``params``.
 
@@ -168,9 +175,7 @@ def ensure(con, name: str, /, **params) -> None:
     if s.requires:  # what they ran
         done = _done(con)
     for table in s.inputs:
-        found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? UNION ALL "
-                            "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [table, table]).fetchall()
-        if not any(n for (n,) in found):
+        if not has_table(con, table):
             raise RuntimeError(f"sql script {name!r} reads {table!r}, which the caller must register first")
     for key_name, value in mine.items():
         con.execute(f"SET VARIABLE {key_name} = ?", [value])
