@@ -11,6 +11,7 @@ from overlapscope.analyzer.checklist.evidence import (AGGREGATION, exposed_trans
                                                       per_step, transfer, worst_owners)
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
 from overlapscope.analyzer.checklist.setup import join, only_for, pick
+from overlapscope.analyzer.measure.rates import BANDWIDTH_MIN_BYTES
 
 _VERDICT_STATUS = {"exposed": "fail", "marginal": "warn", "hidden": "pass"}
 _BACKWARD = {"backward_allgather", "reduce_scatter", "allreduce"}
@@ -174,7 +175,18 @@ def low_bus_bandwidth(ctx: CheckContext) -> Result:
     fix = _bandwidth_fix(ctx)
     by_kind = ctx.sources.get("bus_bandwidth_by_kind") or {}
     measured = {k: v["trace_bytes_per_s"] for k, v in by_kind.items() if v["trace_bytes_per_s"]}
+    small = {k: v for k, v in by_kind.items() if v.get("latency_bound")}
+    # a kind whose collectives are all small is latency-bound: its bus bandwidth is the
+    # per-message latency's, not the links', and says nothing about the network
+    latency_bound = "; ".join(
+        f"{k}: at most {fmt_bytes(v['largest_bytes'])}, {v['latency_bound_bytes_per_s'] / 1e9:.3g} GB/s"
+        for k, v in sorted(small.items())) + (
+        f" (under {BANDWIDTH_MIN_BYTES >> 20} MiB a collective is latency-bound: its bus bandwidth measures the "
+        f"per-message latency, not the links; see {pick(ctx.setup, ddp='ddp_bucket_size', fsdp='unit_size', default='ddp_bucket_size and unit_size')})"
+        if small else "")
     if not measured:
+        if small:
+            return na(f"no collective large enough to measure the links: {latency_bound}", fix)
         return na("no sized collectives to measure bus bandwidth on (no sizes in the kernels' args or in the "
                   "launch ranges' Input Dims)", fix)
     overall = ctx.sources["bus_bandwidth_bytes_per_s_calibration"]
@@ -195,7 +207,8 @@ def low_bus_bandwidth(ctx: CheckContext) -> Result:
                       for k, (w, c, r) in sorted(compared.items()))
     uncompared = sorted(set(measured) - set(compared))
     evidence = (f"large collectives' bus bandwidth per kind against {against}: {parts}"
-                + (f" (no calibration for {', '.join(uncompared)})" if uncompared else ""))
+                + (f" (no calibration for {', '.join(uncompared)})" if uncompared else "")
+                + (f"; not judged, latency-bound: {latency_bound}" if small else ""))
     return Result(grade(ratio, "busbw_fail", "busbw_warn", lower_is_worse=True), evidence, fix=fix,
                   details={"ratio": ratio, "kind": worst})
 

@@ -97,7 +97,8 @@ def ddp_bucket_size(ctx: CheckContext) -> Result:
     count = statistics.median(len(g) for g in split.rounds.values())
     sized = [r.bytes for r in rows if r.bytes]
     median_bytes = statistics.median(sized) if sized else None
-    w = ctx.sources["bus_bandwidth_bytes_per_s_trace"]
+    # the largest collectives' bus bandwidth: W, or where they are all latency-bound their own figure
+    w = ctx.sources["bus_bandwidth_bytes_per_s_trace"] or ctx.sources.get("latency_bound_bytes_per_s")
     slow = [r for r in rows if r.busbw_gbps is not None and w and r.busbw_gbps * 1e9 < t("latency_busbw") * w]
     moving = sum(transfer(r) for r in rows)  # the wait for late peers is the straggler rule's
     hidden = 1 - sum(exposed_transfer(r) for r in rows) / moving if moving else 1.0

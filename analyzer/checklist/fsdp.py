@@ -81,7 +81,8 @@ def unit_size(ctx: CheckContext) -> Result:
     if not _unit_bytes(ctx):
         return na(f"{len(_unit_names(ctx))} units but no unit sizes (no manifest units, no sizes on the forward "
                   f"all-gathers)", fix)
-    w = ctx.sources["bus_bandwidth_bytes_per_s_trace"]
+    # the largest collectives' bus bandwidth: W, or where they are all latency-bound their own figure
+    w = ctx.sources["bus_bandwidth_bytes_per_s_trace"] or ctx.sources.get("latency_bound_bytes_per_s")
     slow = [r for r in rows if r.busbw_gbps is not None and w and r.busbw_gbps * 1e9 < t("latency_busbw") * w]
     steps = len(per_step(rows)) or 1
     slow_per_step = len(slow) / steps

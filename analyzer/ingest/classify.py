@@ -172,6 +172,9 @@ def aten_mask(names: list[str]) -> np.ndarray:
 #                                FSDP1 _pre_backward_hook, _post_backward_hook, backward prefetch
 # fsdp_forward      unit fqn     FSDP2 pre_forward / forward_prefetch; FSDP1 _pre_forward
 # ddp_forward       -            DistributedDataParallel.forward
+# ddp_reducer       -            DDP's reducer ops around a bucket's all-reduce (the gradients divided
+#                                by the world, the bucket copied back into them): compute that only
+#                                a pass that reduces does (no_sync skips it)
 # launch            collective   the backend's CPU range around a launch (nccl:all_to_all)
 # (pattern, role, root_when_unnamed): FSDP2 names the unit after the range, and
 # a range without a name belongs to the root unit (""); FSDP1 never names the
@@ -191,6 +194,8 @@ _ROLE_RULES = (
     (re.compile(r"^FSDP::forward_prefetch for (.*)$"), "fsdp_forward", False),
     (re.compile(r"^FullyShardedDataParallel\.(?:_pre_forward|_pre_forward_prefetch)$"), "fsdp_forward", False),
     (re.compile(r"^DistributedDataParallel\.forward$"), "ddp_forward", False),
+    (re.compile(r"^(?:torch::distributed::reducer::mul_out|torch\.distributed\.ddp\.reducer::copy_bucket_to_grad)$"),
+     "ddp_reducer", False),
     (re.compile(r"^(?:nccl|rccl|gloo|ucc|mpi):(\w+)$"), "launch", False),
 )
 

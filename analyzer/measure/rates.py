@@ -3,8 +3,10 @@
 - F: matmul FLOPs (the profiler's FLOP counts, with_flops=True, or derived from
   shapes at load) over the time the matmuls took: their kernels on GPU traces
   (linked by External id), the ops themselves on CPU-only traces.
-- W: bus bandwidth (nccl-tests) of the large collectives, over all of them and
-  per collective kind. A collective lasts as long as its slowest participant
+- W: bus bandwidth (nccl-tests) of the large collectives (the top quarter by size, and
+  BANDWIDTH_MIN_BYTES or more: bandwidth-bound), over all of them and per collective
+  kind; a trace whose collectives are all smaller is latency-bound and measures no W
+  (its figure is kept as a lower bound). A collective lasts as long as its slowest participant
   arrives, so each instance is timed by its shortest duration over the ranks (the
   transfer; the rest is waiting).
 - latency: fitted on the small collectives with the W the model uses (model.ring).
@@ -21,6 +23,10 @@ from overlapscope.analyzer.model.ring import fit_latency, wire_bytes
 from overlapscope.analyzer.units import NS_PER_MS, NS_PER_S
 
 LARGE_QUANTILE = 0.75  # collectives at or above this bytes quantile measure W (bandwidth-bound)
+# ... and only from this size: below 1 MiB a collective is latency-bound on every transport (NCCL's
+# rings reach their bus bandwidth from a few MiB; gloo's TCP from about 1 MiB), and its bus bandwidth
+# measures the per-message latency, not the links (264 KB buckets read 18% of the calibrated W)
+BANDWIDTH_MIN_BYTES = 1 << 20
 SMALL_QUANTILE = 0.25  # collectives at or below it measure the latency term
 
 Instance = tuple  # (step, microbatch, kind, id, phase, n): the n-th such collective of a rank
@@ -97,16 +103,23 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def bandwidth(rows: list[Collective], sized_rows: tuple | None = None) -> dict:
-    """W (bytes/s): median bus bandwidth of the large collectives (each instance at its fastest rank).
-    ``sized_rows``: ``sized(rows)`` when the caller has it."""
+    """W (bytes/s): median bus bandwidth of the large collectives (each instance at its fastest rank),
+    None where every collective is under BANDWIDTH_MIN_BYTES (``latency_bound``: then
+    ``latency_bound_bytes_per_s`` is the same median over the largest ones, a lower bound of W,
+    and ``largest_bytes`` their size). ``sized_rows``: ``sized(rows)`` when the caller has it."""
     sized_, wires, transfers = sized_rows or sized(rows)
-    out = {"bus_bandwidth_bytes_per_s": None, "large_collectives": 0}
+    out = {"bus_bandwidth_bytes_per_s": None, "large_collectives": 0, "latency_bound": False,
+           "latency_bound_bytes_per_s": None, "largest_bytes": None}
     if not sized_:
         return out
     large_cut = _quantile([r.bytes for r in sized_], LARGE_QUANTILE)
-    large = [w / t for r, w, t in zip(sized_, wires, transfers) if r.bytes >= large_cut and t > 0]
+    top = [(r.bytes, w / t) for r, w, t in zip(sized_, wires, transfers) if r.bytes >= large_cut and t > 0]
+    large = [bw for b, bw in top if b >= BANDWIDTH_MIN_BYTES]
     if large:
         out.update(bus_bandwidth_bytes_per_s=statistics.median(large), large_collectives=len(large))
+    elif top:
+        out.update(latency_bound=True, latency_bound_bytes_per_s=statistics.median(bw for _, bw in top),
+                   largest_bytes=max(b for b, _ in top))
     return out
 
 

@@ -29,6 +29,9 @@ from overlapscope.analyzer.predict.plan import REDUCE_PHASES, DdpPass, FsdpPass,
 MIB = 1024 * 1024
 DDP_DEFAULT_BUCKET_MB = 25  # DDP's bucket_cap_mb when none is given; its first bucket is then 1 MiB
 DDP_FIRST_BUCKET_BYTES = 1 * MIB
+NO_REDUCE = "a micro-batch that no longer reduces (no_sync) skips DDP's reducer ops, as long as the measured ones"
+SHARED_CORES = ("CPU-only run: gloo's comm shares the cores with the compute, so a micro-batch that no longer reduces "
+                "also computes faster by the comm time its measured pass hid")
 _BLOCK = re.compile(r"^(.*?\.\d+)\.")  # the first repeated-module prefix of a parameter: blocks.3.
 
 
@@ -90,6 +93,12 @@ def _clone(p):
     return StepPlan(0, 0, 0, 0, 0, 0, 0, passes=[p]).copy().passes[0]
 
 
+def _hidden_ms(p) -> float:
+    """The lane time of a pass's collectives that its compute hid (ms), as measured."""
+    return sum(max(0.0, x.lane_ms - (x.measured_exposed_ms if x.measured_exposed_ms is not None else x.lane_ms))
+               for x in p.xfers)
+
+
 def _without_reduce(p):
     """The pass as a micro-batch inside no_sync: no gradient reduction."""
     if isinstance(p, DdpPass):
@@ -117,8 +126,15 @@ def _accumulate(plan: StepPlan, c: Changes, a, notes: list[str]) -> StepPlan:
         else:
             passes.append(_without_reduce(template))
     # passes without collectives replay to nothing: keep only those with some
+    quiet = sum(1 for p in passes if not p.xfers)
     passes = [p for p in passes if p.xfers]
     compute = plan.optimizer_ms + plan.pass_compute_ms * target / m
+    if quiet:
+        # a pass that no longer reduces skips DDP's reducer ops (the measured ones shared by the passes
+        # that reduced) and, on a CPU run, computes without its collectives beside it: gloo's comm
+        # shares the cores, so what it hid was paid in compute (SHARED_CORES)
+        saved = plan.reducer_ms / max(1, len(reducing)) + (_hidden_ms(template) if a.device_kind == "cpu" else 0.0)
+        compute = max(plan.optimizer_ms, compute - quiet * saved)
     if target == 1 and c.sync is not None:
         notes.append("--sync/--no-sync: one micro-batch per step, nothing to accumulate")
     return replace(plan, passes=passes, compute_ms=compute, microbatches=target)
@@ -457,7 +473,7 @@ def apply(plan: StepPlan, c: Changes, a, model, notes: list[str], late: int | No
     return _groups(changed, c, a, model, notes)
 
 
-def assumptions(plans: list[StepPlan], c: Changes) -> list[str]:
+def assumptions(plans: list[StepPlan], c: Changes, cpu: bool = False) -> list[str]:
     """What the prediction takes as given, in words (the ``assumptions`` of whatif --json)."""
     out = ["compute of the passes, the optimizer's compute and the step's other time (host gaps, waits outside "
            "the replayed collectives) as measured, unless a change scales them",
@@ -469,6 +485,9 @@ def assumptions(plans: list[StepPlan], c: Changes) -> list[str]:
     if c.accum is not None or c.sync is not None:
         out.append("each micro-batch's pass like the measured ones; with sync, every micro-batch's buckets exposed "
                    "as the last one's")
+        out.append(NO_REDUCE)
+        if cpu:
+            out.append(SHARED_CORES)
     if c.bucket_mb is not None:
         out.append("gradients become ready in bucket order at the rate the measured buckets show, linear between "
                    "their ready times")

@@ -24,6 +24,7 @@ from overlapscope.analyzer.predict.comm import CommModel
 from overlapscope.analyzer.predict.plan import plans
 from overlapscope.analyzer.predict.reconcile import reconcile
 from overlapscope.analyzer.store.runinfo import RunInfo, run_info
+from overlapscope.analyzer.units import NS_PER_MS
 
 STAGE_OF = {"ddp": "ddp", "fsdp": "zero3", "hsdp": "zero3"}
 CPU_CAVEAT = ("CPU-only run: gloo's threads share the CPU cores with compute, so communication overlaps "
@@ -49,6 +50,7 @@ class RunAnalysis:
     comm_model: CommModel | None = None  # the prediction engine's comm model of the run (comm.py)
     plans: list = field(default_factory=list)  # its measured steps as plans (plan.py): what every prediction changes
     forwards: dict = field(default_factory=dict)  # (rank, step) -> DDP forward ranges: micro-batches in a raw trace
+    reducer: dict = field(default_factory=dict)  # (rank, step) -> ms of DDP's reducer ops (collectives.sql)
 
     @property
     def device_kind(self) -> str:
@@ -92,6 +94,11 @@ MAIN_KIND = {"ddp": "all_reduce", "zero3": "all_gather"}
 REDUCE_KIND = "reduce_scatter"
 
 
+# W's source where the trace's collectives of a kind are all latency-bound (under
+# rates.BANDWIDTH_MIN_BYTES) and nothing calibrated the kind: their bus bandwidth, a lower bound.
+LATENCY_BOUND = "trace_latency_bound"
+
+
 # HSDP's group of each kind (as ``Manifest.group_sizes``): gathers and reduce-scatters in the
 # shard group, all-reduces across the replicas. Its calibration times all-reduces in both
 # groups, on different links: each kind's W is its own group's.
@@ -106,11 +113,16 @@ def _by_kind(rows: list[Collective], cal, hsdp: bool = False) -> dict[str, dict]
     calibrated = {c.kind for c in cal.collectives} if cal else set()
     out = {}
     for kind in sorted(set(traced) | calibrated):
-        t = traced.get(kind, {}).get("bus_bandwidth_bytes_per_s")
+        mine = traced.get(kind, {})
+        t, low = mine.get("bus_bandwidth_bytes_per_s"), mine.get("latency_bound_bytes_per_s")
         c = cal.bus_bandwidth_of(kind, HSDP_GROUP_OF.get(kind) if hsdp else None) if cal else None
-        out[kind] = {"trace_bytes_per_s": t, "calibration_bytes_per_s": c, "bytes_per_s": t or c,
-                     "source": "trace" if t else ("calibration" if c else None),
-                     "large_collectives": traced.get(kind, {}).get("large_collectives", 0)}
+        # a kind whose collectives are all latency-bound measures no W: the calibration's, else
+        # their figure as the lower bound it is
+        out[kind] = {"trace_bytes_per_s": t, "calibration_bytes_per_s": c, "bytes_per_s": t or c or low,
+                     "source": "trace" if t else ("calibration" if c else (LATENCY_BOUND if low else None)),
+                     "large_collectives": mine.get("large_collectives", 0),
+                     "latency_bound": bool(mine.get("latency_bound")),
+                     "latency_bound_bytes_per_s": low, "largest_bytes": mine.get("largest_bytes")}
     return out
 
 
@@ -131,7 +143,8 @@ def _sources(con, info: RunInfo, rows: list[Collective], stage: str | None) -> d
     w_trace = main["trace_bytes_per_s"] if main else (None if stage in MAIN_KIND else
                                                       overall["bus_bandwidth_bytes_per_s"])
     w_cal = (main["calibration_bytes_per_s"] if main else None) or (cal.bus_bandwidth_bytes_per_s if cal else None)
-    w_used = w_trace or w_cal or overall["bus_bandwidth_bytes_per_s"]
+    low = (main or overall).get("latency_bound_bytes_per_s")
+    w_used = w_trace or w_cal or overall["bus_bandwidth_bytes_per_s"] or low
     w_of = {k: v["bytes_per_s"] for k, v in by_kind.items() if v["bytes_per_s"]}
     f_cal = cal.flops_per_s if cal else None
     return {
@@ -145,9 +158,12 @@ def _sources(con, info: RunInfo, rows: list[Collective], stage: str | None) -> d
         # own collectives of the kind when it has large ones, else the calibration
         "flops_per_s": f_cal or f_trace["flops_per_s"],
         "bus_bandwidth_bytes_per_s": w_used,
+        # where the trace's collectives of the main kind are all under rates.BANDWIDTH_MIN_BYTES: their
+        # bus bandwidth (a lower bound of W; the bucket and unit rules compare small collectives with it)
+        "latency_bound_bytes_per_s": None if w_trace else low,
         "flops_source": "calibration" if f_cal else ("trace" if f_trace["flops_per_s"] else None),
         "bandwidth_source": "trace" if w_trace else ("calibration" if w_cal else (
-            "trace" if w_used else None)),
+            "trace" if overall["bus_bandwidth_bytes_per_s"] else (LATENCY_BOUND if w_used else None))),
         "bandwidth_kind": MAIN_KIND.get(stage) if main else None,
         "bus_bandwidth_by_kind": by_kind,
         "matmul_ops": f_trace["matmul_ops"],
@@ -275,6 +291,14 @@ def _forwards(con) -> dict[tuple[int, int], int]:
     return {(r, s): n for r, s, n in sql.tuples(con, "collectives.forwards")}
 
 
+def _reducer(con) -> dict[tuple[int, int], float]:
+    """Time of DDP's reducer ops per (rank, step), ms (collectives.sql's step_reducer); none for
+    a run stored before it was kept."""
+    if not sql.has_table(con, "step_reducer"):
+        return {}
+    return {(r, s): ns / NS_PER_MS for r, s, ns in sql.tuples(con, "collectives.reducer")}
+
+
 def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     """Measure the run, predict it with the model, and hold both side by side."""
     info = run_info(con, run_id)
@@ -287,9 +311,9 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     # what-if starts from too), and with no change its prediction of every collective
     model = CommModel(info.manifest.calibration, rows, w_of, sources["bus_bandwidth_bytes_per_s"])
     lanes = waits.lanes(con, run_id)
-    forwards = _forwards(con)
+    forwards, reducer = _forwards(con), _reducer(con)
     rows = exposure.predict_comm(rows, model)
-    measured_plans = plans(info, rows, ov["steps"], lanes, model, forwards)
+    measured_plans = plans(info, rows, ov["steps"], lanes, model, forwards, reducer)
     rows = exposure.predict_exposed(rows, measured_plans)
     grad_bytes, weight_bytes = _grad_bytes(info, rows), _weight_bytes(info, rows)
     tokens = tokens or info.manifest.tokens_per_microbatch
@@ -297,7 +321,7 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     steps, models = _per_step(rows, ov["steps"], inputs, info)
     models = reconcile(con, run_id, rows, steps, models, info.device_kind, stage)
     return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
-                       weight_bytes, lanes, model, measured_plans, forwards)
+                       weight_bytes, lanes, model, measured_plans, forwards, reducer)
 
 
 def summary(rows: list[Collective]) -> list[dict]:

@@ -134,6 +134,8 @@ class StepPlan:
     passes: list = field(default_factory=list)
     microbatches: int = 1  # micro-batches per optimizer step (the passes that reduce may be fewer: no_sync)
     blocking: bool = False  # the family's collectives block compute (measured fully exposed)
+    reducer_ms: float = 0.0  # DDP's reducer ops in the step (collectives.sql's step_reducer): compute its passes
+    #                          spend because they reduce, which a pass inside no_sync does not
 
     @property
     def xfers(self) -> list[Xfer]:
@@ -295,12 +297,14 @@ def _passes(rows, kind: str, device_kind: str, lanes: dict, model, pass_ms: floa
     return out
 
 
-def plans(info, collectives, steps: list[dict], lanes: dict, model, forwards: dict | None = None) -> list[StepPlan]:
+def plans(info, collectives, steps: list[dict], lanes: dict, model, forwards: dict | None = None,
+          reducer: dict | None = None) -> list[StepPlan]:
     """One StepPlan per (rank, step) that has DDP buckets or FSDP units: ``collectives`` the
     run's measured collectives, ``steps`` its measured steps (analyze's rows), ``lanes`` each
     collective's piece of the comm lane (measure.waits.lanes), ``model`` its comm model,
-    ``forwards`` DDP's forward ranges per (rank, step): micro-batches where nothing else says."""
-    forwards = forwards or {}
+    ``forwards`` DDP's forward ranges per (rank, step): micro-batches where nothing else says;
+    ``reducer`` DDP's reducer ops per (rank, step), ms."""
+    forwards, reducer = forwards or {}, reducer or {}
     blocking = blocking_families(collectives)
     by_step: dict[tuple, list] = defaultdict(list)
     for r in collectives:
@@ -321,5 +325,6 @@ def plans(info, collectives, steps: list[dict], lanes: dict, model, forwards: di
         passes = _passes(rows, kind, info.device_kind, lanes, model, pass_ms)
         if passes:
             out.append(StepPlan(s["rank"], s["step"], s["step_ms"], s["compute_ms"], s["comm_ms"],
-                                s["exposed_comm_ms"], optimizer_ms, passes, microbatches, blocking.get(kind, False)))
+                                s["exposed_comm_ms"], optimizer_ms, passes, microbatches, blocking.get(kind, False),
+                                reducer.get((s["rank"], s["step"]), 0.0)))
     return out

@@ -161,7 +161,7 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
         "collectives": _collectives(typical["_plan"], typical["_changed"], typical["_replay"]),
         "collectives_of": {"rank": typical["rank"], "step": typical["step"]},
         "steps": [{k: v for k, v in s.items() if not k.startswith("_")} for s in steps],
-        "assumptions": apply.assumptions(measured_plans, changes),
+        "assumptions": apply.assumptions(measured_plans, changes, a.device_kind == "cpu"),
         "warnings": list(dict.fromkeys(notes)),
     }
 

@@ -1,7 +1,7 @@
 -- params: run_id
 -- scope: rank
 -- requires: overlap
--- provides: collective_stats, step_forwards
+-- provides: collective_stats, step_forwards, step_reducer
 --
 -- Per-collective attribution: which bucket or unit each transfer belongs to, in
 -- which phase, its bytes, comm time, exposed time and bus bandwidth inputs.
@@ -31,6 +31,10 @@
 --
 -- step_forwards: per rank and step that runs DDP's forward, how many times (forwards):
 --   the micro-batches of a step where no mark or manifest says (a raw profiler trace).
+--
+-- step_reducer: per rank and step, the time of DDP's reducer ops (reducer_ns: role ddp_reducer,
+--   the gradients divided by the world and each bucket copied back into them, outermost ranges
+--   only): compute a pass spends because it reduces, which a pass inside no_sync does not.
 
 -- _co_transfer: every comm transfer (GPU collective kernel or gloo span).
 CREATE OR REPLACE TEMP TABLE _co_transfer AS
@@ -139,6 +143,19 @@ WHERE e.run_id = getvariable('run_id') AND r.role = 'ddp_forward' AND e.step IS 
 -- step_forwards: per rank and step with DDP forward ranges, how many (the micro-batches of a raw trace).
 CREATE OR REPLACE TEMP TABLE step_forwards AS
 SELECT rank, step, max(n) AS forwards FROM _co_fwd GROUP BY ALL;
+
+-- step_reducer: per rank and step with DDP reducer ops, their time (ranges of the role nested in
+-- another of the role are not counted twice).
+CREATE OR REPLACE TEMP TABLE step_reducer AS
+WITH ops AS (
+    SELECT e.rank, e.step, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns,
+           max(e.ts_ns + e.dur_ns) OVER (PARTITION BY e.rank, e.track_id ORDER BY e.ts_ns, e.event_id
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_end
+    FROM events e JOIN annotation_roles r USING (run_id, rank, name)
+    WHERE e.run_id = getvariable('run_id') AND r.role = 'ddp_reducer' AND e.step IS NOT NULL
+)
+SELECT rank, step, sum(end_ns - ts_ns)::BIGINT AS reducer_ns
+FROM ops WHERE before_end IS NULL OR before_end <= ts_ns GROUP BY ALL;
 
 -- _co_context: per transfer, what its launch sits inside (innermost wins: the latest start, then
 -- the earliest end).

@@ -23,3 +23,7 @@ ORDER BY s.rank, s.ts_ns, s.event_id;
 -- name: forwards
 -- Per rank and step, DDP's forward ranges (DistributedDataParallel.forward): one per micro-batch.
 SELECT rank, step, forwards FROM step_forwards ORDER BY ALL;
+
+-- name: reducer
+-- Per rank and step, the time of DDP's reducer ops (ns): compute spent because the passes reduce.
+SELECT rank, step, reducer_ns FROM step_reducer ORDER BY ALL;

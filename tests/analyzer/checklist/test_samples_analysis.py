@@ -168,3 +168,25 @@ def test_step_and_rank_times_add_up(name):
     for r in result["ranks"]:
         assert r["compute_ms"] + r["exposed_comm_ms"] + r["other_ms"] + r["idle_ms"] \
             == pytest.approx(r["span_ms"], abs=1e-5)
+
+
+def test_small_messages_are_latency_bound_not_a_slow_network():
+    """Buckets of at most 512 KB (the manifest's) measure the per-message latency, not the links:
+    before, low_bus_bandwidth failed (43% of the calibrated W) and tokens_below_fw took that W."""
+    _, manifest = bundle("ddp_tiny_buckets")
+    largest = max(b["bytes"] for b in manifest["buckets"])
+    assert largest < 1 << 20
+    calibrated = [c for c in manifest["calibration"]["collectives"] if c["kind"] == "all_reduce"]
+    w_cal = max(calibrated, key=lambda c: c["bytes"])["busbw_bytes_per_s"]
+    f = findings("ddp_tiny_buckets")
+    assert f["low_bus_bandwidth"]["status"] == "n/a"
+    assert "latency-bound" in f["low_bus_bandwidth"]["evidence"]
+    assert f"at most {largest / 1e3:.3g} KB" in f["low_bus_bandwidth"]["evidence"]
+    assert f"W = {w_cal / 1e9:.3g} GB/s (all-reduce, calibration)" in f["tokens_below_fw"]["evidence"]
+    measured = analysis("ddp_tiny_buckets", "buckets")["measured"]
+    kind = measured["bus_bandwidth_by_kind"]["all_reduce"]
+    assert (kind["trace_bytes_per_s"], kind["latency_bound"], kind["largest_bytes"]) == (None, True, largest)
+    assert measured["bus_bandwidth_bytes_per_s"] == pytest.approx(w_cal)
+    # the ddp sample's buckets reach 3.2 MB: bandwidth-bound, measured from the trace
+    assert analysis("ddp", "buckets")["measured"]["bandwidth_source"] == "trace"
+    assert findings("ddp")["low_bus_bandwidth"]["status"] != "n/a"

@@ -492,3 +492,46 @@ def test_findings_carry_the_gain_of_their_fix():
     ranked = [f for f in findings.values() if f["status"] == "fail"]
     worth = [f["predicted_gain_ms"] if f["predicted_gain_ms"] is not None else (f["impact_ms"] or 0) for f in ranked]
     assert worth == sorted(worth, reverse=True)
+
+
+def test_the_reducers_compute_is_what_no_sync_skips(tmp_path):
+    """DDP's reducer ops (the gradients divided by the world, each bucket copied back) are compute
+    that only a pass that reduces does: the analysis reads them per rank and step as a second
+    parser of the raw trace does, by name inside each ProfilerStep range."""
+    import gzip
+    import re
+    from collections import defaultdict
+
+    from overlapscope.analyzer import api, runs
+
+    path = SAMPLES / "ddp_accum_sync"
+    expected: dict = {}
+    for rank in (0, 1):
+        with gzip.open(path / f"rank-{rank}.pt.trace.json.gz", "rt") as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        steps = [(int(re.search(r"#(\d+)", e["name"]).group(1)), e["ts"], e["ts"] + e["dur"])
+                 for e in events if e["name"].startswith("ProfilerStep#")]
+        per_step = defaultdict(float)
+        for e in events:
+            if e["name"] in ("torch::distributed::reducer::mul_out", "torch.distributed.ddp.reducer::copy_bucket_to_grad"):
+                step = next((n for n, a, b in steps if a <= e["ts"] < b), None)
+                if step is not None:
+                    per_step[step] += e["dur"] / 1e3  # us -> ms
+        expected.update({(rank, s): ms for s, ms in per_step.items()})
+    assert expected and all(ms > 0 for ms in expected.values())
+    con = runs.open_catalog(tmp_path / "catalog.duckdb")
+    try:
+        a, _ = api.whatif_analysis(con, runs.ingest(con, [str(path)], "accum", workers=2))
+    finally:
+        con.close()
+    assert a.reducer.keys() == expected.keys()
+    for key, ms in expected.items():
+        assert a.reducer[key] == pytest.approx(ms, abs=0.002), key  # the trace's us, to the ns
+    # a pass inside no_sync skips its share: the predicted compute drops by at least that
+    plan = next(p for p in a.plans if p.reducer_ms > 0)
+    reducing = len(plan.passes)
+    assert reducing == plan.microbatches > 1
+    p = _predict([path], sync=False)
+    step = next(s for s in p["steps"] if (s["rank"], s["step"]) == (plan.rank, plan.step))
+    skipped = (reducing - 1) * plan.reducer_ms / reducing
+    assert plan.compute_ms - step["predicted"]["compute_ms"] >= skipped - 1e-6
