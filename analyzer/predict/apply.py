@@ -479,7 +479,8 @@ def assumptions(plans: list[StepPlan], c: Changes, cpu: bool = False) -> list[st
            "the replayed collectives) as measured, unless a change scales them",
            "one comm lane: collectives run one at a time in issue order, not slowed by compute"]
     if any(p.blocking for p in plans):
-        out.append("the run's collectives block compute (measured at least 90% exposed): replayed fully exposed")
+        out.append("the run's collectives block compute (measured at least 90% exposed, a pass's last bucket "
+                   "aside): replayed fully exposed")
     if c.tokens is not None:
         out.append("compute of the forward and backward passes proportional to tokens; the optimizer's not")
     if c.accum is not None or c.sync is not None:

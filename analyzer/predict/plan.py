@@ -274,7 +274,19 @@ def blocking_families(rows) -> dict[str, bool]:
     the measurement: exposed for BLOCKING_EXPOSED of their time or more (FSDP over gloo on
     CPU waits for each collective at once; on GPUs they run beside the compute)."""
     comm, exposed = defaultdict(float), defaultdict(float)
+    last: dict[tuple, object] = {}  # the last-launched DDP bucket of each pass
     for r in rows:
+        if r.kind == "ddp_bucket":
+            key = (r.rank, r.step, r.microbatch)
+            if key not in last or (r.launch_ts_ns or r.start_ns) >= (last[key].launch_ts_ns or last[key].start_ns):
+                last[key] = r
+    lasts = {id(r) for r in last.values()}
+    for r in rows:
+        # a pass's last bucket starts when the backward has no compute left: exposed whether or not
+        # collectives block compute, so it says nothing about it (a run of one bucket per pass:
+        # no evidence, not blocking)
+        if id(r) in lasts:
+            continue
         comm[r.kind] += r.comm_ms
         exposed[r.kind] += r.exposed_ms
     return {k: comm[k] > 0 and exposed[k] / comm[k] >= BLOCKING_EXPOSED for k in comm}
