@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (changes, measured, replayed, predicted, model, "
                                                        "memory, collectives, steps, sweep)")
     g = p.add_argument_group("changes (they combine)")
-    g.add_argument("--bucket-mb", metavar="X", help="DDP bucket_cap_mb (25 is DDP's default, first bucket 1 MiB)")
+    g.add_argument("--bucket-mb", metavar="X", help="DDP bucket_cap_mb set to X (every bucket up to X); 'default': left unset (25, first bucket 1 MiB)")
     g.add_argument("--sync", dest="sync", action="store_const", const=True, default=None,
                    help="gradient accumulation: all-reduce in every micro-batch")
     g.add_argument("--no-sync", dest="sync", action="store_const", const=False,

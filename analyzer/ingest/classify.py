@@ -175,6 +175,8 @@ def aten_mask(names: list[str]) -> np.ndarray:
 # ddp_reducer       -            DDP's reducer ops around a bucket's all-reduce (the gradients divided
 #                                by the world, the bucket copied back into them): compute that only
 #                                a pass that reduces does (no_sync skips it)
+# grad_ready        -            autograd's AccumulateGrad of one parameter: its gradient is ready
+#                                (DDP's buckets fill in this order)
 # launch            collective   the backend's CPU range around a launch (nccl:all_to_all)
 # (pattern, role, root_when_unnamed): FSDP2 names the unit after the range, and
 # a range without a name belongs to the root unit (""); FSDP1 never names the
@@ -196,6 +198,7 @@ _ROLE_RULES = (
     (re.compile(r"^DistributedDataParallel\.forward$"), "ddp_forward", False),
     (re.compile(r"^(?:torch::distributed::reducer::mul_out|torch\.distributed\.ddp\.reducer::copy_bucket_to_grad)$"),
      "ddp_reducer", False),
+    (re.compile(r"^autograd::engine::evaluate_function: torch::autograd::AccumulateGrad$"), "grad_ready", False),
     (re.compile(r"^(?:nccl|rccl|gloo|ucc|mpi):(\w+)$"), "launch", False),
 )
 

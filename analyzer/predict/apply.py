@@ -23,11 +23,14 @@ import re
 from bisect import bisect_left
 from dataclasses import replace
 
-from overlapscope.analyzer.predict.changes import REDUCE_DTYPES, Changes
+from overlapscope.analyzer.predict.changes import BUCKET_DEFAULT, REDUCE_DTYPES, Changes
 from overlapscope.analyzer.predict.plan import REDUCE_PHASES, DdpPass, FsdpPass, StepPlan, Unit, Xfer
 
 MIB = 1024 * 1024
-DDP_DEFAULT_BUCKET_MB = 25  # DDP's bucket_cap_mb when none is given; its first bucket is then 1 MiB
+# DDP's bucket_cap_mb when none is given: its first bucket is then 1 MiB. A cap that is set makes
+# no small first bucket (torch 2.x: bucket_bytes_cap_default; 2.13: unset gives 1.06 + 3.23 MB,
+# bucket_cap_mb=25 one 4.29 MB bucket), so a what-if's cap, which the user sets, has none.
+DDP_DEFAULT_BUCKET_MB = 25
 DDP_FIRST_BUCKET_BYTES = 1 * MIB
 NO_REDUCE = "a micro-batch that no longer reduces (no_sync) skips DDP's reducer ops, as long as the measured ones"
 SHARED_CORES = ("CPU-only run: gloo's comm shares the cores with the compute, so a micro-batch that no longer reduces "
@@ -160,12 +163,15 @@ def param_sizes(a) -> list[float] | None:
     return sizes
 
 
-def bucket_assignment(sizes: list[float], cap_mb: float) -> list[float]:
+def bucket_assignment(sizes: list[float], cap_mb: float | None) -> list[float]:
     """The bucket sizes DDP's rebuild makes (``compute_bucket_assignment_by_size``): gradients
-    in ready order, a bucket closed at the first one that brings it to its limit; the first
-    bucket's limit 1 MiB at DDP's default cap, else the cap itself."""
-    cap = cap_mb * MIB
-    limits = [DDP_FIRST_BUCKET_BYTES, cap] if cap_mb == DDP_DEFAULT_BUCKET_MB else [cap]
+    in ready order, a bucket closed at the first one that brings it to its limit. ``cap_mb``
+    None: the cap left unset (DDP's default 25 MiB, its first bucket 1 MiB); a cap that is set
+    is every bucket's limit, the first one's too."""
+    if cap_mb is None:
+        limits = [DDP_FIRST_BUCKET_BYTES, DDP_DEFAULT_BUCKET_MB * MIB]
+    else:
+        limits = [cap_mb * MIB]
     out, held = [], 0.0
     for s in sizes:
         held += s
@@ -196,13 +202,18 @@ def _rebucket(plan: StepPlan, c: Changes, a, model, notes: list[str]) -> StepPla
         notes.append("--bucket-mb: not a DDP run (no buckets to rebuild)")
         return plan
     sizes = param_sizes(a)
-    if sizes is None:  # no manifest: the measured buckets are the finest grain known
+    traced = next((p.grad_bytes for p in reversed(plan.passes) if isinstance(p, DdpPass) and p.grad_bytes), None)
+    if sizes is None and traced:  # no manifest: the gradients the trace's AccumulateGrad ranges show
+        sizes = list(traced)
+        notes.append(f"--bucket-mb: no manifest with the parameters' sizes: {len(sizes)} gradients read from the "
+                     f"trace's AccumulateGrad ranges, each measured bucket's bytes split evenly over its gradients")
+    elif sizes is None:  # no manifest: the measured buckets are the finest grain known
         sizes = [x.bytes for x in sorted(plan.passes[-1].buckets, key=lambda x: int(x.id) if x.id.isdigit() else 0)]
         notes.append("--bucket-mb: no manifest with the parameters' sizes: buckets rebuilt from the measured ones")
     elif not all(b.param_bytes for b in a.info.manifest.buckets):
         notes.append("--bucket-mb: the manifest has no param_bytes (a tracer before 0.7): each bucket's bytes "
                      "split evenly over its parameters")
-    new_sizes = bucket_assignment(sizes, c.bucket_mb)
+    new_sizes = bucket_assignment(sizes, None if c.bucket_mb == BUCKET_DEFAULT else c.bucket_mb)
     passes = []
     for p in plan.passes:
         if not isinstance(p, DdpPass) or not p.buckets:
@@ -490,8 +501,11 @@ def assumptions(plans: list[StepPlan], c: Changes, cpu: bool = False) -> list[st
         if cpu:
             out.append(SHARED_CORES)
     if c.bucket_mb is not None:
-        out.append("gradients become ready in bucket order at the rate the measured buckets show, linear between "
-                   "their ready times")
+        out.append("gradients become ready when the trace's AccumulateGrad ranges say (CPU traces), else in bucket "
+                   "order at the rate the measured buckets show, linear between their ready times")
+        out.append("bucket_cap_mb left unset: DDP's 25 MiB with a 1 MiB first bucket" if c.bucket_mb == BUCKET_DEFAULT
+                   else "bucket_cap_mb set: every bucket up to the cap, the first one too (DDP makes its 1 MiB first "
+                        "bucket only with the cap unset: --bucket-mb default)")
     if c.wrap is not None:
         out.append("a unit's compute in proportion to its bytes")
     if c.on_time is not None:

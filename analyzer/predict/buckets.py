@@ -51,6 +51,7 @@ class RunAnalysis:
     plans: list = field(default_factory=list)  # its measured steps as plans (plan.py): what every prediction changes
     forwards: dict = field(default_factory=dict)  # (rank, step) -> DDP forward ranges: micro-batches in a raw trace
     reducer: dict = field(default_factory=dict)  # (rank, step) -> ms of DDP's reducer ops (collectives.sql)
+    grads: dict = field(default_factory=dict)  # (rank, step) -> when each gradient was ready (ns, collectives.sql)
 
     @property
     def device_kind(self) -> str:
@@ -291,6 +292,14 @@ def _forwards(con) -> dict[tuple[int, int], int]:
     return {(r, s): n for r, s, n in sql.tuples(con, "collectives.forwards")}
 
 
+def _grads(con) -> dict[tuple[int, int], list[int]]:
+    """When each gradient was ready per (rank, step) of a DDP rank, ns (collectives.sql's
+    step_grads); none for a run stored before they were kept."""
+    if not sql.has_table(con, "step_grads"):
+        return {}
+    return {(r, s): list(ts) for r, s, ts in sql.tuples(con, "collectives.grads")}
+
+
 def _reducer(con) -> dict[tuple[int, int], float]:
     """Time of DDP's reducer ops per (rank, step), ms (collectives.sql's step_reducer); none for
     a run stored before it was kept."""
@@ -311,9 +320,9 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     # what-if starts from too), and with no change its prediction of every collective
     model = CommModel(info.manifest.calibration, rows, w_of, sources["bus_bandwidth_bytes_per_s"])
     lanes = waits.lanes(con, run_id)
-    forwards, reducer = _forwards(con), _reducer(con)
+    forwards, reducer, grads = _forwards(con), _reducer(con), _grads(con)
     rows = exposure.predict_comm(rows, model)
-    measured_plans = plans(info, rows, ov["steps"], lanes, model, forwards, reducer)
+    measured_plans = plans(info, rows, ov["steps"], lanes, model, forwards, reducer, grads)
     rows = exposure.predict_exposed(rows, measured_plans)
     grad_bytes, weight_bytes = _grad_bytes(info, rows), _weight_bytes(info, rows)
     tokens = tokens or info.manifest.tokens_per_microbatch
@@ -321,7 +330,7 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     steps, models = _per_step(rows, ov["steps"], inputs, info)
     models = reconcile(con, run_id, rows, steps, models, info.device_kind, stage)
     return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
-                       weight_bytes, lanes, model, measured_plans, forwards, reducer)
+                       weight_bytes, lanes, model, measured_plans, forwards, reducer, grads)
 
 
 def summary(rows: list[Collective]) -> list[dict]:

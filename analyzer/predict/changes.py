@@ -64,8 +64,10 @@ class Scale:
 class Changes:
     """A configuration to predict, as changes to the measured one (None: as measured)."""
 
-    bucket_mb: float | None = None
-    """DDP bucket_cap_mb (MiB): buckets rebuilt from the manifest's parameters."""
+    bucket_mb: float | str | None = None
+    """DDP bucket_cap_mb (MiB) set to this: buckets rebuilt from the parameters (the manifest's, else
+    the trace's AccumulateGrad ranges), every bucket up to it; ``"default"``: the cap left unset
+    (25 MiB, the first bucket 1 MiB: BUCKET_DEFAULT)."""
     sync: bool | None = None
     """Gradient accumulation: True all-reduces in every micro-batch, False only in the last (no_sync)."""
     accum: int | None = None
@@ -190,9 +192,14 @@ def parse_dtype(text: str, flag: str = "--reduce-dtype") -> str:
     return "bf16" if REDUCE_DTYPES[word] == 2 else "fp32"
 
 
+# --bucket-mb default: DDP's bucket_cap_mb left unset (torch makes a 1 MiB first bucket only then)
+BUCKET_DEFAULT = "default"
+
+
 # name on the command line -> (field, reader)
 READERS = {
-    "bucket-mb": ("bucket_mb", lambda t, f: parse_number(t, f).value),
+    "bucket-mb": ("bucket_mb", lambda t, f: BUCKET_DEFAULT if str(t).strip().lower() in (BUCKET_DEFAULT, "unset")
+                  else parse_number(t, f).value),
     "accum": ("accum", parse_count),
     "sync": ("sync", parse_switch),
     "reshard-after-forward": ("reshard_after_forward", parse_switch),

@@ -84,6 +84,10 @@ class DdpPass:
     """How much later than this rank its peers arrived at every bucket (the least over the
     pass's buckets: a peer late at each, as a straggler is): a new bucket's peers arrive
     this long after its gradients are ready. 0: at some bucket no peer was late."""
+    grad_bytes: list[float] = field(default_factory=list)
+    """Bytes of each gradient in the order they became ready, read from the trace's AccumulateGrad
+    ranges (each measured bucket's bytes split evenly over the gradients that filled it); empty
+    where the trace does not tell (GPU traces: the host's AccumulateGrad runs ahead of the device)."""
 
     @property
     def xfers(self) -> list[Xfer]:
@@ -216,7 +220,36 @@ def _cover(buckets: list[Xfer], lane_start_ms: list[float], backward_ms: float) 
     return sorted(cover), (hidden / total if total > 0 else 1.0)
 
 
-def _ddp_pass(rows, model, device_kind: str, pass_compute_ms: float, lanes: dict) -> DdpPass:
+def _grad_curve(rows, grads: list[int], params: int, origin: int) -> tuple[list, list] | None:
+    """The ready curve per gradient and each gradient's bytes, from the trace's AccumulateGrad
+    starts (``grads``, ns, the step's): the pass's own are the ``params`` latest up to its last
+    bucket's launch; a bucket is filled by those after the previous bucket's launch, up to its own
+    (DDP launches a bucket in the hook of its last gradient), its bytes split evenly over them.
+    None where some bucket gets no gradient (the trace and the buckets do not line up)."""
+    launches = [r.launch_ts_ns or r.start_ns for r in rows]
+    mine = [t for t in grads if t <= launches[-1]][-params:] if params > 0 else []
+    if len(mine) < len(rows):
+        return None
+    curve, sizes, held, at, previous = [(0.0, 0.0)], [], 0.0, 0, None
+    for r, launch in zip(rows, launches):
+        filled = []
+        while at < len(mine) and mine[at] <= launch:
+            if previous is None or mine[at] > previous:
+                filled.append(mine[at])
+            at += 1
+        if not filled:
+            return None
+        share = float(r.bytes or 0) / len(filled)
+        for t in filled:
+            held += share
+            sizes.append(share)
+            curve.append((held, max(curve[-1][1], (t - origin) / NS_PER_MS)))
+        previous = launch
+    return curve, sizes
+
+
+def _ddp_pass(rows, model, device_kind: str, pass_compute_ms: float, lanes: dict,
+              grads: list[int] | None = None, params: int = 0) -> DdpPass:
     rows = sorted(rows, key=lambda r: (r.launch_ts_ns or r.start_ns, r.event_id))
     ready = [_ready_ns(r, device_kind) for r in rows]
     last = max(ready)
@@ -235,8 +268,12 @@ def _ddp_pass(rows, model, device_kind: str, pass_compute_ms: float, lanes: dict
         lane_free = max(lane_free, start + x.lane_ms)
     cover, hidden_before_end = _cover(buckets, starts, backward_ms)
     lag = min(x.peer_ms - x.ready_ms if x.peer_ms is not None else 0.0 for x in buckets)
-    return DdpPass(rows[0].microbatch, buckets, backward_ms, _curve(buckets), origin_ns=origin,
-                   cover=cover, hidden_before_end=hidden_before_end, peer_lag_ms=max(0.0, lag))
+    # on CPU traces the gradients' own ready times (AccumulateGrad), where they line up with the
+    # buckets: a bucket what-if then splits a measured bucket where its gradients were ready
+    traced = _grad_curve(rows, grads, params, origin) if device_kind == "cpu" and grads else None
+    curve, sizes = traced if traced else (_curve(buckets), [])
+    return DdpPass(rows[0].microbatch, buckets, backward_ms, curve, origin_ns=origin,
+                   cover=cover, hidden_before_end=hidden_before_end, peer_lag_ms=max(0.0, lag), grad_bytes=sizes)
 
 
 def _fsdp_pass(rows, model, device_kind: str, forward_ms: float, backward_ms: float,
@@ -292,7 +329,8 @@ def blocking_families(rows) -> dict[str, bool]:
     return {k: comm[k] > 0 and exposed[k] / comm[k] >= BLOCKING_EXPOSED for k in comm}
 
 
-def _passes(rows, kind: str, device_kind: str, lanes: dict, model, pass_ms: float) -> list:
+def _passes(rows, kind: str, device_kind: str, lanes: dict, model, pass_ms: float,
+            grads: list[int] | None = None, params: int = 0) -> list:
     """The passes of one step: one per micro-batch with collectives of the step's family."""
     by_mb: dict = defaultdict(list)
     for r in rows:
@@ -301,7 +339,7 @@ def _passes(rows, kind: str, device_kind: str, lanes: dict, model, pass_ms: floa
     out = []
     for mb in sorted(by_mb, key=lambda m: (m is None, m)):
         if kind == "ddp_bucket":
-            out.append(_ddp_pass(by_mb[mb], model, device_kind, pass_ms, lanes))
+            out.append(_ddp_pass(by_mb[mb], model, device_kind, pass_ms, lanes, grads, params))
         else:
             p = _fsdp_pass(by_mb[mb], model, device_kind, *_fsdp_windows(by_mb[mb]), lanes)
             if p:
@@ -310,13 +348,14 @@ def _passes(rows, kind: str, device_kind: str, lanes: dict, model, pass_ms: floa
 
 
 def plans(info, collectives, steps: list[dict], lanes: dict, model, forwards: dict | None = None,
-          reducer: dict | None = None) -> list[StepPlan]:
+          reducer: dict | None = None, grads: dict | None = None) -> list[StepPlan]:
     """One StepPlan per (rank, step) that has DDP buckets or FSDP units: ``collectives`` the
     run's measured collectives, ``steps`` its measured steps (analyze's rows), ``lanes`` each
     collective's piece of the comm lane (measure.waits.lanes), ``model`` its comm model,
     ``forwards`` DDP's forward ranges per (rank, step): micro-batches where nothing else says;
-    ``reducer`` DDP's reducer ops per (rank, step), ms."""
-    forwards, reducer = forwards or {}, reducer or {}
+    ``reducer`` DDP's reducer ops per (rank, step), ms; ``grads`` when each gradient was ready per
+    (rank, step), ns (the step's backward passes run one AccumulateGrad per parameter each)."""
+    forwards, reducer, grads = forwards or {}, reducer or {}, grads or {}
     blocking = blocking_families(collectives)
     by_step: dict[tuple, list] = defaultdict(list)
     for r in collectives:
@@ -334,7 +373,9 @@ def plans(info, collectives, steps: list[dict], lanes: dict, model, forwards: di
         microbatches = max(len({r.microbatch for r in rows}), int(info.manifest.accumulation_steps or 1),
                            forwards.get((s["rank"], s["step"]), 1))
         pass_ms = max(0.0, s["compute_ms"] - optimizer_ms) / microbatches
-        passes = _passes(rows, kind, info.device_kind, lanes, model, pass_ms)
+        ready = grads.get((s["rank"], s["step"]), [])
+        passes = _passes(rows, kind, info.device_kind, lanes, model, pass_ms, ready,
+                         round(len(ready) / microbatches))
         if passes:
             out.append(StepPlan(s["rank"], s["step"], s["step_ms"], s["compute_ms"], s["comm_ms"],
                                 s["exposed_comm_ms"], optimizer_ms, passes, microbatches, blocking.get(kind, False),

@@ -1,7 +1,7 @@
 -- params: run_id
 -- scope: rank
 -- requires: overlap
--- provides: collective_stats, step_forwards, step_reducer
+-- provides: collective_stats, step_forwards, step_reducer, step_grads
 --
 -- Per-collective attribution: which bucket or unit each transfer belongs to, in
 -- which phase, its bytes, comm time, exposed time and bus bandwidth inputs.
@@ -31,6 +31,10 @@
 --
 -- step_forwards: per rank and step that runs DDP's forward, how many times (forwards):
 --   the micro-batches of a step where no mark or manifest says (a raw profiler trace).
+--
+-- step_grads: per rank and step of a DDP rank, the start of each parameter's AccumulateGrad (ts_ns,
+--   role grad_ready): when its gradient is ready, in the order DDP's buckets fill (what the bucket
+--   what-if replays new buckets from, where the trace has them).
 --
 -- step_reducer: per rank and step, the time of DDP's reducer ops (reducer_ns: role ddp_reducer,
 --   the gradients divided by the world and each bucket copied back into them, outermost ranges
@@ -156,6 +160,13 @@ WITH ops AS (
 )
 SELECT rank, step, sum(end_ns - ts_ns)::BIGINT AS reducer_ns
 FROM ops WHERE before_end IS NULL OR before_end <= ts_ns GROUP BY ALL;
+
+-- step_grads: AccumulateGrad starts of the DDP ranks (see the header).
+CREATE OR REPLACE TEMP TABLE step_grads AS
+SELECT e.rank, e.step, e.ts_ns
+FROM events e JOIN annotation_roles r USING (run_id, rank, name)
+WHERE e.run_id = getvariable('run_id') AND r.role = 'grad_ready' AND e.step IS NOT NULL
+  AND (SELECT ddp FROM _co_ddp d WHERE d.rank = e.rank);
 
 -- _co_context: per transfer, what its launch sits inside (innermost wins: the latest start, then
 -- the earliest end).

@@ -27,3 +27,7 @@ SELECT rank, step, forwards FROM step_forwards ORDER BY ALL;
 -- name: reducer
 -- Per rank and step, the time of DDP's reducer ops (ns): compute spent because the passes reduce.
 SELECT rank, step, reducer_ns FROM step_reducer ORDER BY ALL;
+
+-- name: grads
+-- Per rank and step of a DDP rank, when each parameter's gradient was ready (AccumulateGrad starts, ns).
+SELECT rank, step, list(ts_ns ORDER BY ts_ns) AS ts_ns FROM step_grads GROUP BY ALL ORDER BY ALL;

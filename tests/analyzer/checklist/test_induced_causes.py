@@ -23,7 +23,7 @@ from the analyzer:
 The model is small (4 Linear(128, 128), 16 rows) so that the straggler's sleep, not
 CPU contention, sets its cost: 4 ranks share 2 cores, and a sleeping rank gives the
 others its core (with a 30 ms compute the step grows by 22 ms for a 30 ms sleep).
-About 100 s of captures on 2 cores (20 runs), in one module.
+About 110 s of captures on 2 cores (22 runs), in one module.
 """
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ def test_raw_accumulation_is_seen_and_no_sync_is_predicted(tmp_path):
     """4 micro-batches per step, every backward all-reducing (no no_sync), no tracer: each step
     shows 4 DistributedDataParallel.forward ranges and 4 rounds of the buckets. Before: n/a
     ("one micro-batch per step"), and --no-sync predicted a 0.00 ms gain."""
-    # two pairs, interleaved: the runs of a loaded suite slow down unevenly; medians of both
+    # three pairs, interleaved: the runs of a loaded suite slow down unevenly; medians of them
     pairs = [(_capture(tmp_path / f"sync{i}", "--nproc", "2", "--accum", "4"),
-              _capture(tmp_path / f"nosync{i}", "--nproc", "2", "--accum", "4", "--no-sync")) for i in range(2)]
+              _capture(tmp_path / f"nosync{i}", "--nproc", "2", "--accum", "4", "--no-sync")) for i in range(3)]
     sync, no_sync = pairs[0]
     found = _findings(sync)
     f = found["accumulation_comm"]
@@ -131,3 +131,26 @@ def test_raw_accumulation_is_seen_and_no_sync_is_predicted(tmp_path):
                                      for s, _ in pairs)
     measured_ms = statistics.median(induced.step_ms(str(n)) for _, n in pairs)
     assert predicted_ms == pytest.approx(measured_ms, rel=0.25), (predicted_ms, measured_ms)
+
+
+def test_a_raw_one_bucket_run_is_rebucketed_from_its_gradients(tmp_path):
+    """8 x Linear(512, 512) with bucket_cap_mb=25: one 8.4 MB bucket per step, no manifest. Before,
+    the bucket what-if could only keep that bucket (the same step at every size) and read its
+    end-of-backward exposure as "collectives block compute". Now the trace's AccumulateGrad ranges
+    give the 16 gradients (8 weights, 8 biases: how the script builds the model) and when each
+    was ready, and smaller caps split the bucket where its gradients were ready."""
+    run = _capture(tmp_path / "one", "--nproc", "2", "--bucket-mb", "25", "--active", "3", "--after", "1")
+    grad_bytes = 8 * (512 * 512 + 512) * 4  # float32 weights and biases
+    p = whatif([str(run)], Changes(bucket_mb=0.25), workers=2)
+    step = p["steps"][0] if p["steps"] else None
+    assert step is not None
+    assert any("16 gradients read from the trace's AccumulateGrad ranges" in w for w in p["warnings"]), p["warnings"]
+    assert not any("block compute" in a for a in p["assumptions"]), p["assumptions"]
+    buckets = [c for c in p["collectives"] if c["phase"] == "allreduce"]
+    assert sum(c["bytes"] for c in buckets) == pytest.approx(grad_bytes, rel=0.01)
+    assert len(buckets) == 16  # each gradient (0.53 MB on average) over a 0.25 MB cap: one bucket each
+    # ready one after another through the backward, not all at its end
+    ready = [c["ready_ms"] for c in buckets]
+    assert ready == sorted(ready) and ready[0] < 0.5 * ready[-1]
+    same = whatif([str(run)], Changes(bucket_mb=25.0), workers=2)["predicted"]["step_ms"]
+    assert p["predicted"]["step_ms"] != pytest.approx(same, rel=0.01)

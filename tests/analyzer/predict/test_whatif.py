@@ -340,8 +340,8 @@ def test_no_change_reproduces_every_rank_and_step_of_every_sample(name):
 
 PAIRS = [
     ("ddp", {"bucket_mb": 0.01}, "ddp_tiny_buckets", -20.4, -15.8),
-    ("ddp_tiny_buckets", {"bucket_mb": 25.0}, "ddp", 11.0, 0.6),
-    ("ddp_accum_sync", {"sync": False}, "ddp_accum_nosync", 12.1, 1.5),
+    ("ddp_tiny_buckets", {"bucket_mb": "default"}, "ddp", 11.0, 0.6),  # ddp ran with the cap unset
+    ("ddp_accum_sync", {"sync": False}, "ddp_accum_nosync", 7.4, 1.5),  # 12.1 % before the reducer's ops
     ("ddp_accum_nosync", {"sync": True}, "ddp_accum_sync", -10.2, -7.1),
     ("fsdp_per_block", {"reshard_after_forward": False}, "fsdp_no_reshard", 8.7, -1.2),
     ("fsdp_no_reshard", {"reshard_after_forward": True}, "fsdp_per_block", -10.4, -4.6),
@@ -405,13 +405,15 @@ def test_cli_json_has_the_four_figures(capsys):
 
 
 def test_cli_sweep_prints_one_row_per_value(capsys):
-    assert main(["whatif", str(SAMPLES / "ddp"), "--sweep", "bucket-mb=1,5,25,100"]) == 0
+    assert main(["whatif", str(SAMPLES / "ddp"), "--sweep", "bucket-mb=1,5,default,25,100"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("sweep over --bucket-mb"):].splitlines()
-    assert [line.split()[0] for line in table[3:7]] == ["1", "5", "25", "100"]
-    # 25 MiB is the run's own cap: its row is the measured step
+    assert [line.split()[0] for line in table[3:8]] == ["1", "5", "default", "25", "100"]
+    # the run left the cap unset (its manifest's first bucket is 1.05 MB, then 3.24 MB): the default
+    # row is the measured step; a cap of 25 set makes one bucket of both (torch 2.13), another step
     measured = float(out.split("measured step ")[1].split(" ms")[0])
     assert float(table[5].split()[1]) == pytest.approx(measured, abs=0.01)
+    assert float(table[6].split()[1]) != pytest.approx(measured, abs=0.01)
     assert main(["whatif", str(SAMPLES / "ddp"), "--sweep", "tokens=0.5x,2x", "--json"]) == 0
     sweep = json.loads(capsys.readouterr().out)["sweep"]
     assert [p["value"] for p in sweep["points"]] == ["0.5x", "2x"]
