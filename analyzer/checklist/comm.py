@@ -12,6 +12,7 @@ from overlapscope.analyzer.checklist.evidence import (AGGREGATION, exposed_trans
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
 from overlapscope.analyzer.checklist.setup import join, only_for, pick
 from overlapscope.analyzer.measure.rates import BANDWIDTH_MIN_BYTES
+from overlapscope.analyzer.units import NS_PER_MS
 
 _VERDICT_STATUS = {"exposed": "fail", "marginal": "warn", "hidden": "pass"}
 _BACKWARD = {"backward_allgather", "reduce_scatter", "allreduce"}
@@ -102,21 +103,56 @@ def exposed_forward_allgather(ctx: CheckContext) -> Result:
     exposed = headline_figure(ctx.steps, later)
     moving = headline_figure(ctx.steps, later, value=transfer)
     hidden_share = 1 - exposed.ms / moving.ms if moving.ms else 1.0
+    hidden_ms = max(0.0, moving.ms - exposed.ms)
     per_step_ms, share = exposed.ms, exposed.share
     status = grade(share, "exposed_fail", "exposed_warn")
     evidence = (f"{fmt_ms(per_step_ms)} per step of forward all-gathers exposed after the first unit "
                 f"({100 * (1 - hidden_share):.0f}% of their {fmt_ms(moving.ms)} of transfer, "
                 f"{100 * share:.1f}% of the step; {AGGREGATION}, waiting for late peers is the straggler rule's); "
                 f"most exposed: {worst_owners(later)}")
-    if hidden_share < t("forward_gather_hidden"):
+    # Prefetch works when the gathers hide behind the compute that could hide them: each later
+    # gather behind the previous unit's forward compute. A comm-bound forward hides little of each
+    # long gather, yet keeps that compute busy hiding; a gather issued only after the previous
+    # unit's compute hides next to nothing.
+    room_ms = _forward_room_ms(ctx, exposed.rank)
+    can_hide = min(moving.ms, room_ms) if room_ms else None
+    issued_ahead = (hidden_ms >= t("forward_gather_hidden") * can_hide if can_hide
+                    else hidden_share >= t("forward_gather_hidden"))
+    if not issued_ahead:
         if status != "pass":
-            evidence += ": under half hidden, prefetch is not working"
+            evidence += (f": {fmt_ms(hidden_ms)} hidden of the {fmt_ms(can_hide)} the previous units' forward "
+                         f"compute could hide, prefetch is not working" if can_hide
+                         else ": under half hidden, prefetch is not working")
         return Result(status, evidence, impact_ms=per_step_ms, fix=_prefetch_fix(ctx))
     if status != "pass":
-        # prefetch works (most of each gather hides) and still the step waits: comm-bound
-        evidence += (f": prefetch works ({100 * hidden_share:.0f}% hidden), but the gathers take longer than the "
-                     f"compute they hide behind (comm-bound forward)")
+        # prefetch works (the gathers hide behind the compute there is) and still the step waits: comm-bound
+        evidence += (f": prefetch works ({fmt_ms(hidden_ms)} hidden"
+                     + (f" of the {fmt_ms(can_hide)} the previous units' forward compute could hide" if can_hide
+                        else f", {100 * hidden_share:.0f}%")
+                     + f"; {100 * hidden_share:.0f}% hidden), but the gathers take longer than the compute they "
+                       f"hide behind (comm-bound forward)")
     return Result(status, evidence, impact_ms=per_step_ms, fix=_comm_bound_fix(ctx))
+
+
+def _forward_room_ms(ctx: CheckContext, rank: int | None) -> float | None:
+    """The forward compute per step that can hide the gathers after the first: each unit's
+    forward compute but the last's (the forward from the first gather's launch to the first
+    backward collective's, split evenly over the units; plan._fsdp_windows' measure), the
+    median over the steps of ``rank`` (the headline's slowest); None where the rows do not tell."""
+    by_pass: dict[tuple, list] = defaultdict(list)
+    for r in ctx.rows:
+        if r.kind == "fsdp_unit" and r.compute_before_ns is not None:
+            by_pass[(r.rank, r.step, r.microbatch)].append(r)
+    per_step: dict[tuple, float] = defaultdict(float)
+    for (owner, step, _), rows in by_pass.items():
+        gathers = [r for r in rows if r.phase == "forward_allgather"]
+        back = [r.compute_before_ns for r in rows if r.phase != "forward_allgather"]
+        if len(gathers) < 2 or not back:
+            continue
+        forward_ms = (min(back) - min(r.compute_before_ns for r in gathers)) / NS_PER_MS
+        per_step[(owner, step)] += max(0.0, forward_ms) * (len(gathers) - 1) / len(gathers)
+    mine = [ms for (r, _), ms in per_step.items() if rank is None or r == rank] or list(per_step.values())
+    return statistics.median(mine) if mine else None
 
 
 def _backward_fix(ctx: CheckContext) -> str:

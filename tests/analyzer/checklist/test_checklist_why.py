@@ -454,3 +454,44 @@ def test_the_straggler_sample_explains_why_the_hidden_verdict_does_not_hold():
         assert d["term"] == "late_rank" and d["late_rank"] == 1
         assert d["terms"]["late_rank"] > 50  # ms of the ~100-ms sleep
         assert d["measured_exposed_ms"] > 10 * d["predicted_exposed_ms"]
+
+
+def _prefetched_forward(gather_us: float, prefetch: bool) -> GpuTrace:
+    """FSDP2 forward of 4 units (60 us of compute each) then one backward unit (80 us) and its
+    reduce-scatter. With prefetch, gather i+1 is issued when unit i's compute is: it runs while
+    unit i computes, so 60 us of it hide whatever its length; without, it starts after unit i's
+    compute and nothing hides it."""
+    t = GpuTrace().step(1, 0, 3000)
+    clock, lane = 0.0, 0.0
+    for i in range(4):
+        u = f"layers.{i}"
+        t.annotation(f"FSDP::pre_forward ({u})", 1 + 3 * i, 2).annotation(f"FSDP::all_gather ({u})", 1.2 + 3 * i, 1)
+        start = max(lane, clock) if prefetch or i == 0 else clock
+        if prefetch and i > 0:
+            start = max(lane, clock - 60)  # issued with the previous unit's compute
+        t.comm(start, gather_us, stream=21, collective="AllGather", nelems=1000, out_nelems=2000, dtype="BFloat16",
+               launch_us=1.5 + 3 * i)
+        lane = start + gather_us
+        clock = max(clock, lane)
+        t.kernel(clock, 60, launch_us=2 + 3 * i)
+        clock += 60
+    t.annotation("FSDP::post_backward_reduce (layers.3)", 20, 1, tid=200)
+    t.kernel(clock, 80, launch_us=19, tid=200)
+    t.comm(clock + 80, 30, stream=22, collective="ReduceScatter", nelems=2000, out_nelems=1000, dtype="BFloat16",
+           launch_us=20.5, tid=200)
+    t.kernel(2999, 1, launch_us=25)  # the step's window reaches 3000 us
+    return t
+
+
+def test_a_strongly_comm_bound_forward_is_not_told_prefetch_is_broken(tmp_path):
+    """Gathers of 200 us behind 60 us of compute: 60 of each later gather's 200 us hide (30%), all
+    the compute there is. Before: "under half hidden, prefetch is not working"."""
+    f = findings(tmp_path, _prefetched_forward(200, prefetch=True), {"parallelism": "fsdp"})["exposed_forward_allgather"]
+    assert f["status"] == "fail"
+    assert f["impact_ms"] == pytest.approx(3 * 0.140, abs=1e-6)  # 140 of each later gather's 200 us exposed
+    assert "comm-bound" in f["evidence"] and "prefetch is not working" not in f["evidence"], f["evidence"]
+    assert "F/W" in f["fix"]
+    late = findings(tmp_path, _prefetched_forward(200, prefetch=False), {"parallelism": "fsdp"}, "late")
+    f = late["exposed_forward_allgather"]
+    assert f["status"] == "fail" and "prefetch is not working" in f["evidence"], f["evidence"]
+    assert "set_modules_to_forward_prefetch" in f["fix"]
