@@ -6,7 +6,8 @@ how the run was made (the sleep, the micro-batches, the bucket cap) and from the
 script's own wall clock, never from the code under test.
 
     python tests/induced.py OUT --nproc 4 [--sleep-rank R --sleep-ms X] [--accum M [--no-sync]]
-                            [--bucket-mb MB] [--width W --layers L --batch B] [--active N] [--port P]
+                            [--bucket-mb MB | --fsdp [--prefetch]] [--width W --layers L --batch B]
+                            [--active N] [--port P]
 
 Each rank writes ``rank-<r>.pt.trace.json`` (the profiled steps) and
 ``rank-<r>.walls`` (JSON): the wall time of every step it ran, profiled or not, and of
@@ -43,6 +44,9 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=512, help="the model: LAYERS Linear(WIDTH, WIDTH)")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--batch", type=int, default=64, help="rows per micro-batch")
+    p.add_argument("--fsdp", action="store_true", help="FSDP2: fully_shard each Linear, then the whole")
+    p.add_argument("--prefetch", action="store_true", help="FSDP2: explicit prefetch of the next unit's gathers "
+                   "(forward and backward)")
     p.add_argument("--port", type=int, default=29561)
     return p.parse_args(argv)
 
@@ -61,14 +65,35 @@ def _step(ddp, opt, batches, args, rank: int) -> None:
     opt.zero_grad(set_to_none=True)
 
 
+def _fsdp(model: torch.nn.Sequential, args: argparse.Namespace) -> torch.nn.Module:
+    """FSDP2 over every rank: one unit per Linear, the root holding none; with ``--prefetch`` each
+    unit issues the next one's all-gather in forward (and the previous one's in backward) itself."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (args.nproc,))
+    layers = list(model)
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    if args.prefetch:
+        for a, b in zip(layers, layers[1:]):
+            a.set_modules_to_forward_prefetch([b])
+            b.set_modules_to_backward_prefetch([a])
+    return model
+
+
 def worker(rank: int, args: argparse.Namespace) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     dist.init_process_group("gloo", rank=rank, world_size=args.nproc)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width) for _ in range(args.layers)])
-    kw = {} if args.bucket_mb is None else {"bucket_cap_mb": args.bucket_mb}
-    ddp = torch.nn.parallel.DistributedDataParallel(model, **kw)
+    if args.fsdp:
+        ddp = _fsdp(model, args)
+    else:
+        kw = {} if args.bucket_mb is None else {"bucket_cap_mb": args.bucket_mb}
+        ddp = torch.nn.parallel.DistributedDataParallel(model, **kw)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(rank)
     batches = [torch.randn(args.batch, args.width, generator=gen) for _ in range(args.accum)]

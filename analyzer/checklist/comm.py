@@ -12,6 +12,7 @@ from overlapscope.analyzer.checklist.evidence import (AGGREGATION, exposed_trans
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
 from overlapscope.analyzer.checklist.setup import join, only_for, pick
 from overlapscope.analyzer.measure.rates import BANDWIDTH_MIN_BYTES
+from overlapscope.analyzer.predict.plan import BLOCKING_EXPOSED, blocking_families
 from overlapscope.analyzer.units import NS_PER_MS
 
 _VERDICT_STATUS = {"exposed": "fail", "marginal": "warn", "hidden": "pass"}
@@ -77,6 +78,16 @@ def _prefetch_fix(ctx: CheckContext) -> str:
                          "compute (torch.set_num_threads below the cores per rank).")))
 
 
+def _blocking_fix(ctx: CheckContext) -> str:
+    return only_for(ctx.setup, "fsdp", pick(ctx.setup,
+                    cpu="On CPU (gloo) FSDP waits for each collective where it issues it, so neither prefetch nor "
+                        "free cores hide the gathers: fewer, larger units (fewer waits) and fewer ranks per host help "
+                        "here; judge overlap on the GPU run's trace, where the gathers run on their own stream.",
+                    default="FSDP waits for each collective where it issues it: look for a synchronizing call in the "
+                            "unshard path (a custom hook, a .item() on the gathered weights) and remove it; fewer, "
+                            "larger units wait fewer times."))
+
+
 def _comm_bound_fix(ctx: CheckContext) -> str:
     return only_for(ctx.setup, "fsdp", join("The gathers take longer than the compute of the unit they hide behind:",
                 "raise the tokens per GPU per micro-batch above F/W (micro-batch size or sequence length);",
@@ -118,6 +129,14 @@ def exposed_forward_allgather(ctx: CheckContext) -> Result:
     can_hide = min(moving.ms, room_ms) if room_ms else None
     issued_ahead = (hidden_ms >= t("forward_gather_hidden") * can_hide if can_hide
                     else hidden_share >= t("forward_gather_hidden"))
+    if not issued_ahead and status != "pass" and ctx.device_kind == "cpu" and \
+            blocking_families(ctx.rows).get("fsdp_unit"):
+        # the run's FSDP collectives block compute (FSDP over gloo on CPU holds its all_gather range for
+        # the whole transfer; on GPUs the launch returns at once): no prefetch can hide a gather there
+        evidence += (f": {fmt_ms(hidden_ms)} hidden; this run's FSDP collectives block compute (at least "
+                     f"{100 * BLOCKING_EXPOSED:.0f}% of their time exposed): FSDP waits for each gather where it is "
+                     f"issued, so prefetch cannot hide it here")
+        return Result(status, evidence, impact_ms=per_step_ms, fix=_blocking_fix(ctx))
     if not issued_ahead:
         if status != "pass":
             evidence += (f": {fmt_ms(hidden_ms)} hidden of the {fmt_ms(can_hide)} the previous units' forward "

@@ -154,3 +154,31 @@ def test_a_raw_one_bucket_run_is_rebucketed_from_its_gradients(tmp_path):
     assert ready == sorted(ready) and ready[0] < 0.5 * ready[-1]
     same = whatif([str(run)], Changes(bucket_mb=25.0), workers=2)["predicted"]["step_ms"]
     assert p["predicted"]["step_ms"] != pytest.approx(same, rel=0.01)
+
+
+def test_fsdp_gathers_that_block_are_not_a_broken_prefetch(tmp_path):
+    """FSDP2 over gloo (8 Linear units, 2 ranks), with and without explicit prefetch
+    (set_modules_to_forward_prefetch), interleaved. On CPU FSDP2 waits for each all-gather where
+    it issues it (its FSDP::all_gather range holds the whole gloo transfer), so prefetch hides
+    nothing: the rule says the collectives block, not "prefetch is not working" with a prefetch
+    fix; the what-if predicts no gain from prefetch, and turning it on measures no faster."""
+    import json
+
+    pairs = [(_capture(tmp_path / f"plain{i}", "--nproc", "2", "--fsdp", "--active", "3", "--after", "2"),
+              _capture(tmp_path / f"prefetch{i}", "--nproc", "2", "--fsdp", "--prefetch", "--active", "3",
+                       "--after", "2")) for i in range(2)]
+    plain, prefetched = pairs[0]
+    names = {e.get("name", "").split(" for ")[0]
+             for e in json.loads((prefetched / "rank-0.pt.trace.json").read_text())["traceEvents"]}
+    assert "FSDP::forward_prefetch" in names  # the script's prefetch is in its own trace
+    for run in (plain, prefetched):
+        f = _findings(run)["exposed_forward_allgather"]
+        if f["status"] != "pass":
+            assert "block compute" in f["evidence"] and "prefetch is not working" not in f["evidence"], f
+            assert "set_modules_to_forward_prefetch" not in f["fix"], f["fix"]
+    p = whatif([str(plain)], Changes(forward_prefetch=True), workers=2)
+    assert p["predicted"]["gain_ms"] == pytest.approx(0.0, abs=1e-6), p["predicted"]
+    assert any("cannot hide" in w for w in p["warnings"]), p["warnings"]
+    off = statistics.median(induced.step_ms(str(a)) for a, _ in pairs)
+    on = statistics.median(induced.step_ms(str(b)) for _, b in pairs)
+    assert on >= 0.9 * off, (on, off)  # measured: 162-178 ms with prefetch against 138-144 without
