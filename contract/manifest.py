@@ -122,6 +122,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     no_sync: bool | None = None
     wrapping: str | None = None
     bucket_cap_mb: float | None = None
+    bucket_cap_default: bool | None = None
     profiled_steps: list[int] = []
     gradient_bytes: int | None = None
     buckets_verified: bool | None = None

@@ -72,6 +72,8 @@ class ModelFacts:
     units: list[dict] = field(default_factory=list)
     mesh: dict | None = None
     bucket_cap_mb: float | None = None
+    bucket_cap_default: bool | None = None
+    """DDP: bucket_cap_mb was left unset (torch then makes a 1 MiB first bucket)."""
     buckets_verified: bool | None = None
     """DDP: whether the hook's bucket sizes match the reducer's own log."""
 
@@ -117,6 +119,7 @@ def build_manifest(
         "no_sync": run_facts.no_sync,
         "wrapping": wrapping,
         "bucket_cap_mb": model_facts.bucket_cap_mb,
+        "bucket_cap_default": model_facts.bucket_cap_default,
         "profiled_steps": profiled_steps,
         "gradient_bytes": model_facts.gradient_bytes,
         "buckets_verified": model_facts.buckets_verified,

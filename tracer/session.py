@@ -191,6 +191,9 @@ class Tracer:
             gradient_bytes=sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad),
             buckets=[b.to_json() for b in buckets],
             bucket_cap_mb=round(self.model.bucket_bytes_cap / 2**20, 4),  # DDP keeps whole bytes
+            # torch records whether the cap was left unset (only then a 1 MiB first bucket);
+            # older releases do not, and None says so.
+            bucket_cap_default=getattr(self.model, "bucket_bytes_cap_default", None),
             buckets_verified=None if reducer_bytes is None else reducer_bytes == [b.bytes for b in buckets],
         )
 

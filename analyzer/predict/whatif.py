@@ -28,7 +28,7 @@ from overlapscope.analyzer.units import MS_DIGITS
 from overlapscope.contract.figures import STEP_TIMES, overlap_pct as overlap_of
 from overlapscope.analyzer.predict import apply, memory
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.predict.changes import LATE, READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
+from overlapscope.analyzer.predict.changes import BUCKET_DEFAULT, LATE, READERS, REDUCE_DTYPES, WRAPS, Changes, Scale
 from overlapscope.analyzer.predict.comm import CommModel
 from overlapscope.analyzer.predict.plan import StepPlan
 from overlapscope.analyzer.predict.replay import replay_plan
@@ -189,7 +189,7 @@ def _setting(a, name: str, ratio: bool):
     m = a.info.manifest
     dtype = str(m.reduce_dtype or "").lower().replace("torch.", "")
     known = {
-        "bucket-mb": m.bucket_cap_mb,
+        "bucket-mb": BUCKET_DEFAULT if m.bucket_cap_default else m.bucket_cap_mb,
         "accum": m.accumulation_steps,
         "sync": None if m.no_sync is None else not m.no_sync,
         "reshard-after-forward": m.reshard_after_forward if m.units else None,

@@ -44,6 +44,14 @@ def test_users_comm_hook_is_wrapped_and_still_runs(outcomes):
     assert manifest["calibration"]["flops_per_s"] > 0
 
 
+def test_the_manifest_says_whether_the_bucket_cap_was_left_unset(outcomes):
+    """torch makes its 1 MiB first bucket only for a cap left unset, so the manifest keeps that
+    apart from a cap of 25 set (the what-if's run setting `default` against `25`)."""
+    unset = outcomes["cap_unset"]
+    assert unset["bucket_cap_mb"] == 25.0 and unset["bucket_cap_default"] is True
+    assert outcomes["user_hook"]["manifest"]["bucket_cap_default"] is False  # bucket_cap_mb=0.01
+
+
 def test_a_registered_hook_cannot_be_wrapped(outcomes):
     assert "already registered" in outcomes["hook_registered_first"]
 
@@ -64,6 +72,7 @@ def _run_scenarios(folder: str) -> dict:
             "user_hook": _user_hook(Path(folder) / "user_hook"),
             "hook_registered_first": _error_of(_hook_registered_first, Path(folder) / "registered"),
             "short_run": _error_of(_short_run, Path(folder) / "short"),
+            "cap_unset": _cap_unset(Path(folder) / "cap_unset"),
         }
     finally:
         dist.destroy_process_group()
@@ -125,6 +134,17 @@ def _hook_registered_first(out: Path) -> None:
     model.register_comm_hook(None, allreduce_hook)
     with Tracer(model, TraceConfig(out_dir=out, calibrate=False)):
         pass
+
+
+def _cap_unset(out: Path) -> dict:
+    import torch
+
+    from overlapscope.tracer import TraceConfig, Tracer
+
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4))
+    with Tracer(model, TraceConfig(out_dir=out, calibrate=False)) as tracer:
+        _train(model, tracer, steps=6)
+    return json.loads((out / "manifest.json").read_text())
 
 
 def _short_run(out: Path) -> None:

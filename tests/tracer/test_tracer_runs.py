@@ -56,7 +56,7 @@ CONTRACT_KEYS = {
     "schema_version", "world_size", "backend", "devices", "parallelism", "params", "param_dtype", "reduce_dtype",
     "tokens_per_microbatch", "accumulation_steps", "buckets", "units", "mesh", "calibration", "torch_version",
     "nccl_version", "hostnames", "start_time", "command_line", "model", "micro_batch_size", "no_sync", "wrapping",
-    "bucket_cap_mb", "profiled_steps", "gradient_bytes",
+    "bucket_cap_mb", "bucket_cap_default", "profiled_steps", "gradient_bytes",
 }
 
 
@@ -228,7 +228,7 @@ def test_ddp_buckets_add_up_to_the_gradients(run, name):
     assert sorted(names) == sorted(model_params())
     sizes = {name: p.numel() for name, p in model_params().items()}
     assert all(b["params"] == sum(sizes[n] for n in b["param_names"]) for b in buckets)
-    assert m["bucket_cap_mb"] == pytest.approx(0.1)
+    assert m["bucket_cap_mb"] == pytest.approx(0.1) and m["bucket_cap_default"] is False
     assert m["buckets_verified"] is True
 
 

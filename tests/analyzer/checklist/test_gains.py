@@ -62,21 +62,30 @@ def test_a_gain_under_the_floor_links_nothing_and_says_why():
 
 
 def test_the_runs_own_setting_is_never_a_candidate():
-    """ddp: its manifest records the bucket cap; a change to that cap is the run as it is."""
+    """ddp left bucket_cap_mb unset (its manifest: 25.0 and bucket_cap_default, a 1.05 MB first
+    bucket): `--bucket-mb default` is the run as it is, a cap of 25 set is not (one bucket of
+    both, torch 2.13). ddp_tiny_buckets set 0.01: that cap is the run as it is."""
     from overlapscope.analyzer.engine import map_run
     from overlapscope.analyzer.predict import buckets
-    from overlapscope.analyzer.predict.changes import Changes
+    from overlapscope.analyzer.predict.changes import BUCKET_DEFAULT, Changes
 
-    cap = _manifest("ddp")["bucket_cap_mb"]
+    m = _manifest("ddp")
+    assert m["bucket_cap_default"] is True and m["buckets"][0]["bytes"] < 1.1e6
     mapped = map_run([str(SAMPLES / "ddp")], "attribution", workers=1)
     a = buckets.analysis(mapped.con, mapped.run_id)
-    assert gains._is_current(Changes(bucket_mb=float(cap)), a)
-    assert not gains._is_current(Changes(bucket_mb=float(cap) * 4), a)
+    assert gains._is_current(Changes(bucket_mb=BUCKET_DEFAULT), a)
+    assert not gains._is_current(Changes(bucket_mb=float(m["bucket_cap_mb"])), a)
+    assert not gains._is_current(Changes(bucket_mb=float(m["bucket_cap_mb"]) * 4), a)
     assert not gains._is_current(Changes(forward_prefetch=True), a)  # a setting the run does not record
+    tiny = _manifest("ddp_tiny_buckets")
+    mapped_tiny = map_run([str(SAMPLES / "ddp_tiny_buckets")], "attribution", workers=1)
+    a_tiny = buckets.analysis(mapped_tiny.con, mapped_tiny.run_id)
+    assert gains._is_current(Changes(bucket_mb=float(tiny["bucket_cap_mb"])), a_tiny)
+    assert not gains._is_current(Changes(bucket_mb=BUCKET_DEFAULT), a_tiny)
     # a bucket finding whose only candidate were the run's cap says so
     f = Finding("ddp_bucket_size", "buckets", "fail", "evidence", "fix")
     saved = gains.CANDIDATES["ddp_bucket_size"]
-    gains.CANDIDATES["ddp_bucket_size"] = lambda f, a: [Changes(bucket_mb=float(cap))]
+    gains.CANDIDATES["ddp_bucket_size"] = lambda f, a: [Changes(bucket_mb=BUCKET_DEFAULT)]
     try:
         best, why = gains._best(f, a, None, None)
     finally:

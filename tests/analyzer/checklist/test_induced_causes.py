@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 
 import induced
+from machine import quiet
 from conftest import TESTS
 from overlapscope.analyzer.api import diagnose, whatif
 from overlapscope.analyzer.predict.changes import Changes
@@ -55,8 +56,10 @@ def _port() -> int:
 
 
 def _capture(out: Path, *args: str) -> Path:
-    done = subprocess.run([sys.executable, str(TESTS / "induced.py"), str(out), "--port", str(_port()), *args],
-                          capture_output=True, text=True, timeout=300)
+    """A run of tests/induced.py, timed with the machine to itself (tests/machine.py)."""
+    with quiet():
+        done = subprocess.run([sys.executable, str(TESTS / "induced.py"), str(out), "--port", str(_port()), *args],
+                              capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return out
 

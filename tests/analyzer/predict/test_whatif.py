@@ -404,6 +404,23 @@ def test_cli_json_has_the_four_figures(capsys):
     assert out["changes"]["bucket_mb"] == 5.0 and "gain_ms" in out["predicted"]
 
 
+@pytest.mark.parametrize(("cap_default", "own"), [(True, "default"), (False, "25"), (None, "25")])
+def test_the_sweep_finds_the_runs_own_cap_whether_set_or_left_unset(tmp_path, capsys, cap_default, own):
+    """A cap left unset is not the same setting as 25 set (torch 2.13 makes the 1 MiB first bucket
+    only when unset): the manifest's bucket_cap_default says which row is the run's own; older
+    manifests without it read as the cap they record."""
+    import shutil
+
+    run = tmp_path / "ddp"
+    shutil.copytree(SAMPLES / "ddp", run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.pop("bucket_cap_default", None)
+    if cap_default is not None:
+        manifest["bucket_cap_default"] = cap_default
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["whatif", str(run), "--sweep", "bucket-mb=default,25", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sweep"]["measured_value"] == own
+
 def test_cli_sweep_prints_one_row_per_value(capsys):
     assert main(["whatif", str(SAMPLES / "ddp"), "--sweep", "bucket-mb=1,5,default,25,100"]) == 0
     out = capsys.readouterr().out
