@@ -37,29 +37,18 @@ def step_parts_ms(step: dict) -> float:
             + step["spill_in_ms"] - step["spill_out_ms"])
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _machine_lock(tmp_path_factory, worker_id) -> Path | None:
-    """The lock file the xdist workers share (tests/machine.py); None without workers.
-    Session-scoped, so that module fixtures' captures find it too."""
-    if worker_id == "master":
-        return None
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test's shared turn on the machine, from its fixtures' set-up (a module fixture's
+    runs too) to its teardown; ``machine.quiet()`` makes it exclusive for timed multi-process
+    runs (tests/machine.py). Only between xdist workers."""
     import machine
 
-    path = machine.lock_path(tmp_path_factory.getbasetemp().parent)
-    os.environ["OVERLAPSCOPE_TEST_LOCK"] = str(path)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def _machine_turn(_machine_lock):
-    """Each test's shared turn on the machine, which ``machine.quiet()`` makes exclusive
-    for timed multi-process runs."""
-    if _machine_lock is None:
+    path = machine.lock_path()
+    if path is None:
         yield
         return
-    import machine
-
-    with machine.hold(_machine_lock):
+    with machine.hold(path):
         yield
 
 

@@ -3,9 +3,11 @@
 Tests that time real multi-process runs (an induced straggler, a no_sync pair) compare
 steps measured minutes apart; on 2 cores the other xdist worker's test moves them by
 tens of percent (a no_sync pair predicted 170 against 112 ms measured in a loaded suite,
-72 against 70 alone). Every test holds a shared lock while it runs (conftest's autouse
-fixture), and ``quiet()`` turns it into an exclusive one: the capture inside waits for
-the other worker's current test to end and starts no new one until it is done.
+72 against 70 alone). Every test holds a shared lock while it runs, its fixtures' set-up
+included (conftest's ``pytest_runtest_protocol``), and ``quiet()`` turns it into an
+exclusive one: the capture inside waits for the other worker's current test to end, and
+that worker starts no new one until it is done. The lock file (empty) stays in the
+temporary folder: a worker cannot know that the other one is done with it.
 """
 
 from __future__ import annotations
@@ -13,15 +15,20 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 _held: dict = {}  # "fd": the file held shared for the running test (hold())
 
 
-def lock_path(base: Path) -> Path:
-    """The suite's lock file: beside every worker's temporary folder."""
-    return base / "machine.lock"
+def lock_path() -> Path | None:
+    """The lock file of this test run's xdist workers (one per run: xdist's run id); None
+    without workers."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run or not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    return Path(tempfile.gettempdir()) / f"overlapscope-tests-{run}.lock"
 
 
 @contextlib.contextmanager
@@ -43,7 +50,7 @@ def quiet() -> Iterator[None]:
     Outside a test's turn (a module fixture's set-up) it takes a turn of its own; without
     xdist's workers it does nothing."""
     fd = _held.get("fd")
-    path = _held.get("path") or os.environ.get("OVERLAPSCOPE_TEST_LOCK")
+    path = _held.get("path") or lock_path()
     if fd is None and not path:
         yield
         return

@@ -105,9 +105,11 @@ def test_the_straggler_costs_the_step_it_adds(runs, sleep_ms):
 @pytest.mark.parametrize("sleep_ms", [30, 150])
 @pytest.mark.parametrize("rule", ["last_bucket_exposed", "exposed_backward_comm"])
 def test_the_wait_is_not_counted_again_by_the_bucket_rules(runs, healthy_findings, sleep_ms, rule):
-    """Before: with 150 ms of sleep, last_bucket_exposed read 131-135 ms per step (the wait)."""
+    """Before: with 150 ms of sleep, last_bucket_exposed read 131-135 ms per step (the wait).
+    The median over the sleep runs: a 264 KB gloo all-reduce of 4 ranks on 2 cores took 1.4 to
+    11 ms exposed from run to run, healthy or not (measured)."""
     figures = [h[rule]["impact_ms"] for h in healthy_findings["healthy4"]]
-    mine = _findings(runs[f"sleep{sleep_ms}"][0])[rule]["impact_ms"]
+    mine = statistics.median(_findings(run)[rule]["impact_ms"] for run in runs[f"sleep{sleep_ms}"])
     assert 0.0 <= mine <= 1.5 * max(figures) + 2.0, (mine, figures)
 
 
@@ -164,7 +166,8 @@ def test_fsdp_gathers_that_block_are_not_a_broken_prefetch(tmp_path):
     (set_modules_to_forward_prefetch), interleaved. On CPU FSDP2 waits for each all-gather where
     it issues it (its FSDP::all_gather range holds the whole gloo transfer), so prefetch hides
     nothing: the rule says the collectives block, not "prefetch is not working" with a prefetch
-    fix; the what-if predicts no gain from prefetch, and turning it on measures no faster."""
+    fix; the what-if predicts no gain from prefetch, and turning it on measures no faster beyond
+    the noise of the pairs."""
     import json
 
     pairs = [(_capture(tmp_path / f"plain{i}", "--nproc", "2", "--fsdp", "--active", "3", "--after", "2"),
@@ -184,4 +187,6 @@ def test_fsdp_gathers_that_block_are_not_a_broken_prefetch(tmp_path):
     assert any("cannot hide" in w for w in p["warnings"]), p["warnings"]
     off = statistics.median(induced.step_ms(str(a)) for a, _ in pairs)
     on = statistics.median(induced.step_ms(str(b)) for _, b in pairs)
-    assert on >= 0.9 * off, (on, off)  # measured: 162-178 ms with prefetch against 138-144 without
+    # measured, 3 pairs each: alone 104-133 ms with prefetch against 97-120 without, in a loaded
+    # suite 162-178 against 138-144; once (alone) 100 against 118: the pairs' noise is 15-20 %
+    assert on >= 0.8 * off, (on, off)
