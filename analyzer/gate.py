@@ -15,6 +15,8 @@ regression marks and the Compare page all use these functions.
 
 from __future__ import annotations
 
+import math
+
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.store import catalog
@@ -140,12 +142,24 @@ def baseline_of(con, run_id: int, baseline: str | int = "previous") -> int:
     return int(baseline)
 
 
+def check_bound(max_regression_pct) -> float:
+    """The gate's bound as given, or a ``UsageError``: a finite number of 0 % or more (NaN
+    compares false with everything, so a NaN bound would pass any regression)."""
+    try:
+        bound = float(max_regression_pct)
+    except (TypeError, ValueError):
+        raise UsageError(f"the largest regression allowed must be a number, got {max_regression_pct!r}") from None
+    if not math.isfinite(bound) or bound < 0:
+        raise UsageError(f"the largest regression allowed must be a finite number of 0 % or more, "
+                         f"got {max_regression_pct!r}")
+    return bound
+
+
 def check(con, run_id: int, baseline: str | int = "previous", metric: str = DEFAULT_METRIC,
           max_regression_pct: float = DEFAULT_MAX_REGRESSION_PCT) -> dict:
     """The gate's verdict on ``run_id`` against its baseline: ``status`` is ``pass`` or ``regression``."""
     check_metric(metric)
-    if max_regression_pct < 0:
-        raise UsageError(f"the largest regression allowed must be 0 % or more, got {max_regression_pct}")
+    max_regression_pct = check_bound(max_regression_pct)
     result = compare(con, run_id, baseline_of(con, run_id, baseline))
     row = next(m for m in result["metrics"] if m["metric"] == metric)
     if row["value"] is None or row["baseline_value"] is None:
@@ -162,6 +176,7 @@ def regressions(runs: list[dict], metric: str, max_regression_pct: float) -> dic
     """Runs (``catalog.runs`` rows) worse than the previous run of their name by more than
     ``max_regression_pct``: run id -> how much worse, in % (None from a zero baseline)."""
     check_metric(metric)
+    max_regression_pct = check_bound(max_regression_pct)
     out: dict[int, float | None] = {}
     previous: dict[str, dict] = {}
     for run in sorted(runs, key=lambda r: r["run_id"]):

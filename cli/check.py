@@ -38,6 +38,7 @@ def add_parser(sub) -> None:
 def _local(args) -> dict:
     from overlapscope.analyzer import api
 
+    gate.check_bound(args.max_regression_pct)
     con = open_catalog(args.db, read_only=True)
     try:
         run_id = api.resolve_run(con, run_ref(args))
@@ -50,6 +51,7 @@ def _remote(args) -> dict:
     from overlapscope.cli.remote import Server
     from overlapscope.contract.api import CHECK, RUNS, RunList, Verdict
 
+    gate.check_bound(args.max_regression_pct)  # refused here, before the server is asked
     server = Server(args.server)
     ref = run_ref(args)
     if isinstance(ref, str) and ref.startswith("#") and ref[1:].isdigit():

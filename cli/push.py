@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 import uuid
 import zipfile
 from pathlib import Path
 
+from overlapscope.analyzer import tempdirs
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.cli.catalog import parse_tags
 from overlapscope.cli.common import describe, emit
@@ -72,6 +72,7 @@ def bundle(paths: list[str], folder: Path) -> Path:
         if os.path.isfile(path) and not path.lower().endswith(SINGLE) and os.path.basename(path) != MANIFEST_FILE:
             raise UsageError(f"{path}: not a trace (.json, .json.gz) or a .zip of traces")
     inputs = resolve(paths)  # missing paths and folders without traces fail here, in one line
+    inputs.release()  # only the names are read here
     if any(s.member for s in inputs.sources):
         raise UsageError("give one .zip on its own, or folders and trace files (not a mix)")
     files = [s.path for s in inputs.sources] + ([inputs.manifest_source] if inputs.manifest_source else [])
@@ -163,7 +164,7 @@ def run_push(args) -> int:
     health = server.get(HEALTH, shape=Health)
     if not health.get("writes"):
         raise UsageError(f"{server.url}: this server accepts no pushes (it was started without --api-tokens)")
-    with tempfile.TemporaryDirectory(prefix="overlapscope-push-") as tmp:
+    with tempdirs.folder("push") as tmp:
         path = bundle(args.paths, Path(tmp))
         size, limit = path.stat().st_size, health.get("max_upload_bytes")
         if limit and size > limit:

@@ -156,15 +156,17 @@ def timeline(db: str, run_id: int, run_stamp: str, step: int, ranks: tuple[int, 
 
 
 def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None, pushed_by: str | None = None,
-           limits=None) -> int:
+           limits=None, shown_from: str | None = None) -> int:
     """Store a run (decoded here, stored by the catalog's writer: all of it or nothing); its id.
 
     Safe to call from a worker thread (no Streamlit calls); call ``runs.clear()``
     afterwards so the new run shows in the picker at once. ``on_decoded(done,
     total)`` reports each decoded file. ``limits``: the input caps (uploads pass
-    ``limits.for_uploads``: what anyone who reaches the page may send).
+    ``limits.for_uploads``: what anyone who reaches the page may send). ``shown_from``: the
+    uploads' folder, never shown (``runs.prepare``).
     """
-    prepared = library_runs.prepare(db, paths, workers=1, on_decoded=on_decoded, limits=limits)  # not in the writer
+    prepared = library_runs.prepare(db, paths, workers=1, on_decoded=on_decoded, limits=limits,  # not in the writer
+                                    shown_from=shown_from)
     try:
         return write(db, lambda con: library_runs.commit(con, prepared, name, tags, pushed_by=pushed_by))
     except BaseException:

@@ -31,9 +31,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import shutil
 import sys
-import tempfile
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -44,8 +42,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from overlapscope.analyzer import api as library, gate, runs
-from overlapscope.analyzer.ingest import limits
+from overlapscope.analyzer import api as library, gate, runs, tempdirs
+from overlapscope.analyzer.ingest import limits, memory
 from overlapscope.analyzer.errors import CatalogBusy, InputError, RunNotFound, UsageError
 from overlapscope.server import auth, uploads
 from overlapscope.server.settings import Settings
@@ -225,9 +223,7 @@ class Api:
         try:
             metric = gate.check_metric(params.get("metric") or gate.DEFAULT_METRIC)
             raw = params.get("max_regression_pct")
-            max_pct = float(raw) if raw not in (None, "") else gate.DEFAULT_MAX_REGRESSION_PCT
-        except ValueError:
-            return _error(400, f"max_regression_pct must be a number, got {params.get('max_regression_pct')!r}")
+            max_pct = gate.check_bound(raw) if raw not in (None, "") else gate.DEFAULT_MAX_REGRESSION_PCT
         except UsageError as err:
             return _error(400, str(err))
         baseline = params.get("baseline") or "previous"
@@ -257,12 +253,12 @@ class Api:
 
 
         run_id = request.path_params["run_id"]
-        folder = tempfile.mkdtemp(prefix="overlapscope-export-")
+        folder = tempdirs.make("export")
         out = os.path.join(folder, f"run-{run_id}.perfetto.json.gz")
-        cleanup = BackgroundTask(shutil.rmtree, folder, ignore_errors=True)
+        cleanup = BackgroundTask(tempdirs.remove, folder)
         response = await self._read(lambda con: library.export_perfetto_run(con, run_id, out))
         if response.status_code != 200:
-            shutil.rmtree(folder, ignore_errors=True)
+            tempdirs.remove(folder)
             return response
         return FileResponse(out, media_type="application/gzip", filename=os.path.basename(out), background=cleanup)
 
@@ -316,7 +312,7 @@ class Api:
     def _prepare(self, path: Path):
         """Map the run into the run store and analyse it beside the writer (DuckDB runs on all cores)."""
         return runs.prepare(self.settings.db, [str(path)], workers=1,
-                            limits=limits.for_uploads(self.settings.max_upload_bytes))
+                            limits=limits.for_uploads(self.settings.max_upload_bytes), shown_from=str(path.parent))
 
     async def push(self, request: Request) -> Response:
         started = time.monotonic()
@@ -331,7 +327,7 @@ class Api:
             key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
         except UsageError as err:
             return _error(400, str(err))
-        folder = Path(tempfile.mkdtemp(prefix="overlapscope-push-"))
+        folder = Path(tempdirs.make("push"))
         try:
             path = await self._spool(request, folder)  # the whole body, even for a repeated key:
             if isinstance(path, Response):  # a client still sending would see its connection reset
@@ -363,7 +359,8 @@ class Api:
             _log(f"a push of {name!r} failed:\n{traceback.format_exc()}")
             return _error(500, f"internal error ({type(err).__name__}): the server's log has the details")
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            tempdirs.remove(str(folder))
+            memory.release_freed()  # what the decode freed goes back to the system, refused or stored
         if not created:  # two pushes with one key were in flight at once: the first stored it
             _log(f"a repeated push of {name!r} by {who} answered with run {row['run_id']}")
             return repeated(row, name, tags)

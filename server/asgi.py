@@ -19,6 +19,7 @@ from pathlib import Path
 
 from overlapscope.analyzer import runs
 from overlapscope.analyzer.errors import UsageError
+from overlapscope.server import auth
 from overlapscope.server.settings import Settings
 
 # The server keeps the catalog open this long after its last use (reads then cost a
@@ -79,6 +80,7 @@ def build(settings: Settings):
     from overlapscope.server.api import Api
     from overlapscope.server.spool import UploadSpool
 
+    runs.sweep_leftovers(settings.db)  # what a killed server, load or push left behind
     api = Api(settings)
     shared = runs.shared(settings.db, keep_open_s=KEEP_OPEN_S)
     spool = None
@@ -92,7 +94,14 @@ def build(settings: Settings):
             shared.stop(timeout_s=1.5)
             spool.close()
 
-    spool = UploadSpool(st.App(str(app_path()), routes=api.routes(), lifespan=lifespan), settings.max_upload_bytes)
+    def needs_grant() -> bool:  # read as the Upload page reads it: a token file that went bad refuses too
+        try:
+            return auth.current(settings.api_tokens).configured
+        except UsageError:
+            return True
+
+    spool = UploadSpool(st.App(str(app_path()), routes=api.routes(), lifespan=lifespan), settings.max_upload_bytes,
+                        needs_grant=needs_grant)
     return spool, api
 
 

@@ -14,7 +14,9 @@ those requests only:
   ``<spool>/<session>/<file id>`` and leaves an empty record in Streamlit's
   manager, so the memory returns as soon as the request ends;
 - deletes the spooled file when the browser removes it, and the files of
-  sessions that have ended.
+  sessions that have ended;
+- on a server with API tokens, refuses (403) every file of a browser session that
+  has not given the Upload page a valid token (``grant``), before reading a byte.
 
 The Upload page reads the spooled files (``path``); ``release`` drops them once
 a run is stored or refused.
@@ -24,9 +26,10 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 import threading
 from pathlib import Path
+
+from overlapscope.analyzer import tempdirs
 
 UPLOAD_ROUTE = re.compile(r"/_stcore/upload_file/(?P<session>[\w-]+)/(?P<file>[\w-]+)$")
 SERVER_FACTOR = 4  # the server holds at most this many full uploads at once (all sessions)
@@ -34,6 +37,19 @@ FRAMING_BYTES = 1 << 20  # multipart headers and boundaries around one file
 
 _spool: Path | None = None  # set by ``UploadSpool`` (one server per process)
 _lock = threading.Lock()
+_granted: set[str] = set()  # browser sessions that gave a valid API token (``grant``)
+
+
+def grant(session_id: str | None) -> None:
+    """Let a browser session send files (its visitor gave a valid API token)."""
+    if session_id:
+        with _lock:
+            _granted.add(session_id)
+
+
+def granted(session_id: str) -> bool:
+    with _lock:
+        return session_id in _granted
 
 
 def _runtime():
@@ -68,16 +84,17 @@ def _held_bytes(folder: Path) -> int:
 class UploadSpool:
     """ASGI middleware around Streamlit's app: see the module's docstring."""
 
-    def __init__(self, app, max_upload_bytes: int, folder: Path | None = None):
+    def __init__(self, app, max_upload_bytes: int, folder: Path | None = None, needs_grant=None):
         global _spool
         self.app = app
         self.max_upload_bytes = max_upload_bytes
-        self.folder = folder or Path(tempfile.mkdtemp(prefix="overlapscope-uploads-"))
+        self.needs_grant = needs_grant  # () -> whether sessions need ``grant`` (a server with tokens)
+        self.folder = folder or Path(tempdirs.make("uploads"))
         self._in_flight: dict[int, int] = {}  # request -> bytes received so far
         _spool = self.folder
 
     def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        tempdirs.remove(str(self.folder))
 
     async def __call__(self, scope, receive, send):
         match = UPLOAD_ROUTE.search(scope.get("path", "")) if scope["type"] == "http" else None
@@ -90,6 +107,8 @@ class UploadSpool:
         if scope["method"] != "PUT":
             return await self.app(scope, receive, send)
         self._sweep()
+        if self.needs_grant is not None and self.needs_grant() and not granted(session_id):
+            return await self._refuse(send, 403, "give a valid API token on the Upload page before choosing files")
         room = self._room(session_id, file_id)
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > room + FRAMING_BYTES:
@@ -163,12 +182,18 @@ class UploadSpool:
         for folder in self.folder.iterdir():
             if folder.is_dir() and not runtime.is_active_session(folder.name):
                 shutil.rmtree(folder, ignore_errors=True)
+        with _lock:
+            _granted.intersection_update({s for s in _granted if runtime.is_active_session(s)})
 
     async def _too_large(self, send) -> None:
         limit_mib = self.max_upload_bytes / 2**20
-        body = (f"the upload is larger than this server's limit of {limit_mib:,.0f} MiB in all, "
-                "or the server holds too many uploads").encode()
-        await send({"type": "http.response.start", "status": 413,
+        await self._refuse(send, 413, f"the upload is larger than this server's limit of {limit_mib:,.0f} MiB in "
+                                      "all, or the server holds too many uploads")
+
+    @staticmethod
+    async def _refuse(send, status: int, text: str) -> None:
+        body = text.encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"text/plain; charset=utf-8"),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})

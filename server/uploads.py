@@ -144,7 +144,7 @@ def check_each(paths: list[Path], folder: Path, limits: Limits | None = None) ->
             errors.append(f"{path.name}: not a trace (.json, .json.gz) or a .zip of traces")
             continue
         try:
-            inputs.resolve([str(path)], limits)
+            inputs.resolve([str(path)], limits).release()
         except InputError as err:
             errors.append(display_error(err, folder))
     return errors

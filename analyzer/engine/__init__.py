@@ -28,7 +28,6 @@ import dataclasses
 import functools
 import itertools
 import os
-import tempfile
 from dataclasses import dataclass
 
 from overlapscope.analyzer.engine import local
@@ -36,6 +35,7 @@ from overlapscope.analyzer.engine.inplace import map_or_collect_group
 from overlapscope.analyzer.engine.rank import (  # noqa: F401 (the engine's names)
     ENV_WORKER_MEMORY_MB, RankResult, RankTask, group_tasks, tasks_for, worker_memory_bytes,
 )
+from overlapscope.analyzer import tempdirs
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.engine import one
 from overlapscope.analyzer.ingest.inputs import Inputs, resolve
@@ -77,7 +77,7 @@ def map_ranks(inputs: Inputs, detail: str, workers: int | None = None, engine: s
     # a group) is paid once, not per core
     n = local.workers_for(len(inputs.sources), workers)
     here = engine == "local" and n == 1  # local.run runs one worker's groups in this process
-    with tempfile.TemporaryDirectory(prefix="overlapscope-spill-") as spill:
+    with tempdirs.folder("spill") as spill:
         tasks = tasks_for(inputs, detail, limits, n if engine == "local" else len(inputs.sources), out_dir,
                           spill_dir=os.path.join(out_dir, ".spill") if out_dir else spill)
         if engine == "ray":
@@ -137,18 +137,25 @@ def map_and_reduce(inputs: Inputs, detail: str, workers: int | None = None, engi
 
 
 def map_run(paths: list[str], detail: str, workers: int | None = None, engine: str = "local",
-            ray_address: str | None = None, limits: Limits | None = None, on_mapped=None) -> Mapped:
-    """Paths in, a reduced store out (what ``analyze``, ``buckets`` and ``diagnose`` read)."""
+            ray_address: str | None = None, limits: Limits | None = None, on_mapped=None,
+            keep_sources: bool = False) -> Mapped:
+    """Paths in, a reduced store out (what ``analyze``, ``buckets`` and ``diagnose`` read).
+    Sources split out of an export go once mapped, unless ``keep_sources`` (the caller reads
+    them again, then ``mapped.inputs.release()``s them)."""
     limits = limits or limits_from_env()
     inputs = resolve(paths, limits)
-    if one.applies(inputs, engine):
-        # one rank is its own reduce: its store takes the run scripts too; its file is
-        # scanned while the rest loads (engine/one.py)
-        loaded = one.load_one(paths, inputs, detail, limits, on_decoded=on_mapped)
-        return Mapped(loaded.con, loaded.run_id, inputs, [])
-    with tempfile.TemporaryDirectory(prefix="overlapscope-results-") as results_dir:
-        con, run_id, results = map_and_reduce(inputs, detail, workers, engine, ray_address, limits, on_mapped,
-                                              results_dir=results_dir, source=" ".join(paths))
+    try:
+        if one.applies(inputs, engine):
+            # one rank is its own reduce: its store takes the run scripts too; its file is
+            # scanned while the rest loads (engine/one.py)
+            loaded = one.load_one(paths, inputs, detail, limits, on_decoded=on_mapped)
+            return Mapped(loaded.con, loaded.run_id, inputs, [])
+        with tempdirs.folder("results") as results_dir:
+            con, run_id, results = map_and_reduce(inputs, detail, workers, engine, ray_address, limits, on_mapped,
+                                                  results_dir=results_dir, source=" ".join(paths))
+    finally:
+        if not keep_sources:
+            inputs.release()
     for r in results:  # in the reduce's store now: not held twice through the analysis, nor files
         r.tables, r.tables_in = {}, None
     return Mapped(con, run_id, inputs, results)
@@ -169,11 +176,11 @@ class ReduceStore:
         self.spill_dir = spill_dir
 
     def open(self) -> None:
-        import uuid
-
         from overlapscope.analyzer.store import database
 
-        spill = self.spill_dir or os.path.join(tempfile.gettempdir(), f"overlapscope-reduce-{uuid.uuid4().hex}")
+        # DuckDB removes its spill folder when the store closes, in the caller's hands: the
+        # folder around it goes at exit, or with the next load's sweep after a kill
+        spill = self.spill_dir or os.path.join(tempdirs.make("reduce", until_exit=True), "duckdb")
         os.makedirs(os.path.dirname(spill), exist_ok=True)  # DuckDB makes the last folder only
         self.con = database.connect(memory_limit_bytes=worker_memory_bytes(), spill_dir=spill)
 

@@ -138,5 +138,8 @@ def reduce_paths(paths: list[str], parallelism: str | None = None, limits=None) 
     if parallelism is None and inputs.manifest is not None:
         parallelism = inputs.manifest.parallelism
     tasks = tasks_for(inputs, "full", limits, workers=1)
-    return [reduce_in_place(RankTask(t.source, t.detail, t.limits, parallelism, memory_limit_bytes=t.memory_limit_bytes,
-                                     threads=t.threads)) for t in tasks]
+    try:
+        return [reduce_in_place(RankTask(t.source, t.detail, t.limits, parallelism,
+                                         memory_limit_bytes=t.memory_limit_bytes, threads=t.threads)) for t in tasks]
+    finally:
+        inputs.release()

@@ -68,8 +68,11 @@ def decode(paths: list[str], detail: str = "full", workers: int | None = None, o
         raise ValueError(f"detail must be one of {DETAILS}")
     limits = limits or limits_from_env()
     inputs: Inputs = resolve(paths, limits)
-    ranks = decode_all(inputs.sources, detail=detail, workers=workers, while_waiting=while_waiting,
-                       on_decoded=on_decoded, limits=limits)
+    try:
+        ranks = decode_all(inputs.sources, detail=detail, workers=workers, while_waiting=while_waiting,
+                           on_decoded=on_decoded, limits=limits)
+    finally:
+        inputs.release()
     check_ranks(ranks, inputs.manifest, inputs.manifest_source)
     ranks.sort(key=lambda r: r.meta["rank"])
     return Decoded(inputs, ranks, " ".join(paths))

@@ -97,13 +97,17 @@ def from_paths(paths: list[str], out: str, workers=None, engine: str = "local", 
     from overlapscope.analyzer.ingest.limits import from_env
     from overlapscope.analyzer.predict import buckets as buckets_report
 
-    mapped = map_run(paths, "attribution", workers, engine, ray_address)
-    a = buckets_report.analysis(mapped.con, mapped.run_id)
-    findings = checklist.diagnose(mapped.con, a)["findings"]
-    limits = from_env()
-    ranks = [_decoded_rank(s, limits) for s in mapped.inputs.sources]
-    return perfetto.write(out, ranks, _meta(a.info), _offsets(mapped.con, mapped.run_id, False),
-                          _windows(mapped.con, mapped.run_id, a.overlap["steps"]), a.collectives, findings, on_rank)
+    mapped = map_run(paths, "attribution", workers, engine, ray_address, keep_sources=True)
+    try:
+        a = buckets_report.analysis(mapped.con, mapped.run_id)
+        findings = checklist.diagnose(mapped.con, a)["findings"]
+        limits = from_env()
+        ranks = [_decoded_rank(s, limits) for s in mapped.inputs.sources]
+        return perfetto.write(out, ranks, _meta(a.info), _offsets(mapped.con, mapped.run_id, False),
+                              _windows(mapped.con, mapped.run_id, a.overlap["steps"]), a.collectives, findings,
+                              on_rank)
+    finally:
+        mapped.inputs.release()
 
 
 def from_run(con, run_id: int, out: str, analysis, findings: list[dict], on_rank=None) -> dict:

@@ -3,7 +3,7 @@
 Checked on each rank's facts (``meta``), whether the ranks were decoded into one
 store (``load``) or mapped by workers (``engine``): files that disagree on world
 size, device kind, backend, parallelism or a process group's members, or a manifest
-of another job, are refused naming both files.
+of another job, or whose clocks put them hours apart, are refused naming both files.
 """
 
 from __future__ import annotations
@@ -24,6 +24,23 @@ def _differ(ranks: list, key: str, what: str) -> None:
     other = next((m for m in seen if m[key] != first[key]), None)
     if other is not None:
         raise InputError(other["file"], f"a different run: {what} {other[key]} here, {first[key]} in {first['file']}")
+
+
+# The ranks of one run start profiling within seconds of each other (one schedule, one step
+# count); traces whose clocks say more than this apart are of different runs.
+APART_NS = 3600 * 10**9
+
+
+def _apart(ranks: list) -> None:
+    """Refuse files whose wall clocks put them hours apart: the profiler's base time where
+    Kineto writes one, else the first event where the ts are on the epoch's clock."""
+    for key, what in (("base_time_ns", "baseTimeNanoseconds"), ("epoch_start_ns", "first event")):
+        seen = sorted((r.meta[key], r.meta["file"]) for r in ranks if r.meta.get(key) is not None)
+        if len(seen) > 1 and seen[-1][0] - seen[0][0] > APART_NS:
+            hours = (seen[-1][0] - seen[0][0]) / 3.6e12
+            raise InputError(seen[-1][1], f"a different run: its {what} is {hours:,.1f} h after {seen[0][1]}'s "
+                                          f"(the ranks of one run start within {APART_NS // 3_600_000_000_000} h "
+                                          "of each other)")
 
 
 def _process_groups(meta: dict) -> dict:
@@ -78,6 +95,7 @@ def check_ranks(ranks: list, manifest: Manifest | None = None, manifest_source: 
     _differ(ranks, "backend", "backend")
     _differ(ranks, "parallelism_seen", "parallelism")
     _groups_differ(ranks)
+    _apart(ranks)
     for r in ranks:
         ws = r.meta["world_size"]
         if ws and not 0 <= r.meta["rank"] < ws:

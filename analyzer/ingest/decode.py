@@ -34,6 +34,9 @@ from overlapscope.analyzer.ingest.kineto import (
 )
 
 NULL = col.NULL_I64
+# ts past this (September 2001, in ns) are on the epoch's clock; Kineto's beside a
+# baseTimeNanoseconds are a machine's steady clock, which no two nodes share
+EPOCH_CLOCK_NS = 10**18
 
 
 @dataclass
@@ -199,6 +202,8 @@ def decode_source(source: TraceSource, detail: str = "full", use_scanner: bool =
         raise InputError(where, f"an event's args do not read as Kineto writes them: {err}") from None
     except RecursionError:
         raise InputError(where, "JSON nested deeper than the limit") from None
+    except StepOutOfRange as err:
+        raise InputError(where, str(err)) from None
     del fr
     if scanned is None:  # the scan's buffers are gone (a caller that scanned gives them back itself)
         memory.release_freed()
@@ -265,7 +270,10 @@ def _columns(fr: Frame, meta: dict, detail: str) -> RankData:
         "flops": col.float64(cols.flops[keep]),
         **({"args": fr.args_column(np.arange(n))} if full else {}),
     })
-    meta.update(device_kind="gpu" if gpu_trace else "cpu", parallelism_seen=classify.parallelism_seen(names))
+    first_ns = int(ts_ns.min()) if len(ts_ns) else None
+    meta.update(device_kind="gpu" if gpu_trace else "cpu", parallelism_seen=classify.parallelism_seen(names),
+                # when the trace starts, where its clock is the epoch's (consistency: ranks hours apart)
+                epoch_start_ns=first_ns if first_ns is not None and first_ns > EPOCH_CLOCK_NS else None)
     return RankData(
         meta=meta,
         events=events,
@@ -446,12 +454,24 @@ def _launch_ts(kind, correlation, ts_ns, device_rows) -> np.ndarray:
     return launch
 
 
+# The largest step number read: beyond it a JSON reader in JavaScript (the dashboard's charts,
+# Perfetto) rounds it, and NumPy's int64 overflows a little further on; no job steps this often.
+MAX_STEP = 2**53 - 1
+
+
+class StepOutOfRange(ValueError):
+    """A ProfilerStep#N whose N is past ``MAX_STEP`` (decode_source names the file)."""
+
+
 def _assign_steps(kind, name_codes, names, ts_ns, dur_ns, device_rows, launch_ts) -> np.ndarray:
     """ProfilerStep number of each event: CPU events by time, device events by launch."""
     step = np.full(len(kind), NULL, np.int64)
     rows = np.flatnonzero(kind == KIND_CODE["step"])
     if not len(rows):
         return step
+    numbers = [classify.step_number(names[c]) for c in np.unique(name_codes[rows])]
+    if max(numbers) > MAX_STEP:
+        raise StepOutOfRange(f"ProfilerStep#{max(numbers)}: a step number past {MAX_STEP:,}, the largest read")
     numbers = np.array([classify.step_number(names[name_codes[r]]) for r in rows], dtype=np.int64)
     order = np.argsort(ts_ns[rows], kind="stable")
     starts, ends, numbers = ts_ns[rows][order], (ts_ns + dur_ns)[rows][order], numbers[order]

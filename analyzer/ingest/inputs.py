@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from overlapscope.analyzer import tempdirs
 from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest import exported, files
+from overlapscope.analyzer.ingest.manifests import parse_manifest
 from overlapscope.analyzer.ingest.limits import ENV_MAX_MEMBERS, Limits, from_env as limits_from_env, mb
-from overlapscope.contract import manifest as contract
 from overlapscope.contract.manifest import Manifest
 from overlapscope.contract.names import MANIFEST_FILE as MANIFEST_NAME
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -58,6 +60,13 @@ class Inputs:
     manifest: Manifest | None = None
     manifest_source: str | None = None
     manifest_text: str | None = None  # as written (kept in the catalog with any newer keys)
+    temporary: list[str] = field(default_factory=list)  # folders made for the load (an export split): ``release``
+
+    def release(self) -> None:
+        """Remove the temporary folders the sources are in (once the load has read them)."""
+        for folder in self.temporary:
+            tempdirs.remove(folder)
+        self.temporary = []
 
 
 def rank_from_name(name: str) -> int | None:
@@ -72,22 +81,10 @@ def _is_trace_name(name: str) -> bool:
     return base != MANIFEST_NAME and base.lower().endswith(TRACE_SUFFIXES) and not base.startswith(".")
 
 
-def _parse_manifest(data: bytes, where: str) -> tuple[Manifest, str]:
-    """The manifest (the contract's struct) and its text; a bad one is one line naming the file."""
-    try:
-        return contract.decode(data), data.decode()
-    except RecursionError:
-        raise InputError(where, "manifest is nested deeper than any manifest") from None
-    except contract.ManifestError as err:
-        raise InputError(where, str(err)) from None
-    except UnicodeDecodeError:
-        raise InputError(where, "manifest is not UTF-8 text") from None
-
-
 def _read_manifest(read, size: int, where: str, limits: Limits) -> tuple[Manifest, str]:
     if size > limits.max_manifest_bytes:
         raise InputError(where, f"manifest is larger than {mb(limits.max_manifest_bytes)}")
-    return _parse_manifest(read(), where)
+    return parse_manifest(read(), where)
 
 
 def _from_zip(path: str, limits: Limits) -> Inputs:
@@ -142,16 +139,46 @@ def _from_dir(path: str, limits: Limits) -> Inputs:
     return Inputs(sources, manifest, manifest_path if manifest else None, text)
 
 
+_SPECIAL = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+            (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_special(path: str) -> None:
+    """Only regular files and folders are read: a device never ends (``/dev/zero``) and a
+    FIFO blocks its reader, so they are refused from their mode, before any read (a link
+    is judged by what it points to)."""
+    if files.is_uri(path):
+        return
+    mode = os.stat(path).st_mode
+    for test, what in _SPECIAL:
+        if test(mode):
+            raise InputError(path, f"{what}, not a file: give a trace file, a folder of them or a .zip")
+
+
 def resolve(paths: list[str], limits: Limits | None = None) -> Inputs:
-    """Expand files, directories and zips into trace sources (one per rank)."""
+    """Expand files, directories and zips into trace sources (one per rank). An export is
+    split into a temporary folder: the caller ``release``s the Inputs once loaded (they go
+    at exit otherwise, or with a later load's sweep after a kill)."""
     limits = limits or limits_from_env()
     if not paths:
         raise InputError("(no input)", "give at least one trace file, directory or .zip")
+    tempdirs.sweep()  # what killed loads left behind
+    temporary: list[str] = []
+    try:
+        return _resolve(paths, limits, temporary)
+    except BaseException:
+        for folder in temporary:
+            tempdirs.remove(folder)
+        raise
+
+
+def _resolve(paths: list[str], limits: Limits, temporary: list[str]) -> Inputs:
     sources: list[TraceSource] = []
     manifest, manifest_source, manifest_text = None, None, None
     for path in paths:
         if not files.exists(path):
             raise InputError(path, "no such file or directory")
+        _refuse_special(path)
         if files.isdir(path):
             found = _from_dir(path, limits)
         elif path.lower().endswith(".zip") or (not files.is_uri(path) and zipfile.is_zipfile(path)):
@@ -161,8 +188,11 @@ def resolve(paths: list[str], limits: Limits | None = None) -> Inputs:
                 manifest_one, text = _read_manifest(f.read, files.size(path), path, limits)
             found = Inputs([], manifest_one, path, text)
         elif not files.is_uri(path) and exported.is_export(path):  # every rank in one file: split back
-            found = _from_dir(exported.split(path, limits.max_archive_bytes), limits)
-            found.sources = [TraceSource(s.path, label=f"{path}#{s.basename}") for s in found.sources]
+            split = exported.split(path, limits)
+            temporary.append(split.folder)
+            found = Inputs([TraceSource(files.join(split.bundle, n), label=f"{path}#{n}")
+                            for n in sorted(os.listdir(split.bundle)) if _is_trace_name(n)],
+                           split.manifest, f"{path}#manifest" if split.manifest else None, split.manifest_text)
         else:
             found = Inputs([TraceSource(path)])
         sources.extend(found.sources)
@@ -178,4 +208,4 @@ def resolve(paths: list[str], limits: Limits | None = None) -> Inputs:
         if key in seen:
             raise InputError(s.display, "given twice")
         seen[key] = s
-    return Inputs(sources, manifest, manifest_source, manifest_text)
+    return Inputs(sources, manifest, manifest_source, manifest_text, temporary)

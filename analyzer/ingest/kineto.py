@@ -115,6 +115,10 @@ class TraceHeader(msgspec.Struct, gc=False):
     host_name: str | None = None
     hostname: str | None = None
     traceName: str | None = None
+    overlapscope_zero_ns: int | None = None
+    """Set in the rank files of an export read back (ingest/exported.py): the ts are
+    microseconds from this instant, so events before the run's first step are negative
+    there, and kept; in a Kineto trace a negative ts is a broken clock, left out."""
 
 
 class Trace(TraceHeader, kw_only=True):

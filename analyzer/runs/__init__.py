@@ -12,6 +12,7 @@ ties the map, the store and the analyses together.
 from __future__ import annotations
 
 import os
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,12 +57,13 @@ class Prepared:
 
 
 def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decoded=None, limits=None,
-            engine: str = "local", ray_address: str | None = None) -> Prepared:
+            engine: str = "local", ray_address: str | None = None, shown_from: str | None = None) -> Prepared:
     """Map the traces at ``paths`` into a staging folder of the catalog's run store (every
     rank's Parquet files, written by the workers) and analyse them (the reduce and what
     ingest stores: ``derive.compute``, the analyses as documents). Nothing touches the
     catalog; on any error the staging folder goes. ``on_decoded(done, total)`` reports
-    each rank as it is mapped."""
+    each rank as it is mapped. ``shown_from``: a folder the files are named from (a server's
+    temporary folder of uploads: the run's files, its source and errors never show it)."""
     from overlapscope.analyzer import engine as engines
     from overlapscope.analyzer.ingest.inputs import resolve
     from overlapscope.analyzer.ingest.limits import from_env
@@ -69,14 +71,21 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
 
     limits = limits or from_env()
     inputs = resolve(paths, limits)
+    source = " ".join(paths)
+    if shown_from:
+        inputs.sources = [dataclasses.replace(s, label=_shown(s.display, shown_from)) for s in inputs.sources]
+        source = " ".join(_shown(p, shown_from) for p in paths)
     try:
         staging = runstore.stage(catalog_path)
     except OSError as err:  # the disk, not the input: read-only, full, no permission
+        inputs.release()
         raise _write_error(catalog_path, err) from None
     try:
-        source = " ".join(paths)
-        con, run_id, ranks = engines.map_and_reduce(inputs, "full", workers, engine, ray_address, limits,
-                                                    on_decoded, out_dir=str(staging.path), source=source)
+        try:
+            con, run_id, ranks = engines.map_and_reduce(inputs, "full", workers, engine, ray_address, limits,
+                                                        on_decoded, out_dir=str(staging.path), source=source)
+        finally:
+            inputs.release()  # an export's split files: the ranks are in the staging folder now
         for r in ranks:  # the steps go to the catalog; the rest of each rank's tables are in the store and on disk
             r.tables, r.tables_in = {"steps": r.table("steps")}, None
         try:
@@ -92,6 +101,20 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
         staging.discard()
         raise
     return Prepared(staging, ranks, inputs, source, computed)
+
+
+def sweep_leftovers(catalog_path) -> list[str]:
+    """Remove what killed processes left: their temporary folders and the catalog's staging
+    folders (a server's start; any load sweeps the temporary folders too); the names."""
+    from overlapscope.analyzer import tempdirs
+
+    return tempdirs.sweep() + runstore.sweep_staging(catalog_path)
+
+
+def _shown(path: str, folder: str) -> str:
+    """``path`` as named from ``folder`` (unchanged when outside it)."""
+    prefix = os.path.join(folder, "")
+    return path[len(prefix):] if path.startswith(prefix) else path
 
 
 def _write_error(catalog_path, err: OSError) -> CatalogWriteError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from importlib import resources
 from pathlib import Path
@@ -93,7 +94,9 @@ def _open(path, read_only: bool, derive=None):
     except duckdb.IOException as err:
         first = str(err).splitlines()[0]
         if "lock" in first.lower():  # another process holds the file (a running dashboard): worth waiting for
-            raise CatalogBusy(f"{path}: the catalog is in use by another process ({first})") from None
+            pid = re.search(r"\(PID (\d+)\)", first)  # DuckDB's line names the file, the program, the user
+            raise CatalogBusy(f"{path}: the catalog is in use by another process (a dashboard or another writer"
+                              f"{', process ' + pid.group(1) if pid else ''})") from None
         # the disk itself (read-only, missing permission): waiting would not help
         raise CatalogWriteError(f"{path}: cannot open the catalog: {first}") from None
 

@@ -361,6 +361,20 @@ def sweep(catalog_path: str | os.PathLike, referenced: set[str], pruned: set[str
     return removed
 
 
+def sweep_staging(catalog_path: str | os.PathLike) -> list[str]:
+    """Remove the staging folders whose writer is gone (a killed ingest or push), and no other:
+    safe for any process, the catalog's writer or not (a server at its start)."""
+    store = store_dir(catalog_path)
+    if not store.is_dir():
+        return []
+    removed = []
+    for folder in store.iterdir():
+        if folder.is_dir() and folder.name.startswith(STAGING_PREFIX) and not _locked(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    return removed
+
+
 def run_dir(catalog_path: str | os.PathLike, data_dir: str | None) -> Path | None:
     return store_dir(catalog_path) / data_dir if data_dir else None
 

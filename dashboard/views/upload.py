@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
 import streamlit as st
 
+from overlapscope.analyzer import tempdirs
 from overlapscope.analyzer.errors import UsageError
-from overlapscope.analyzer.ingest import limits
+from overlapscope.analyzer.ingest import limits, memory
 from overlapscope.dashboard import context, data
 from overlapscope.dashboard.text import md
 from overlapscope.server import auth, spool, uploads
@@ -87,8 +87,8 @@ def _store(settings, files, name: str, tags: dict, who: str | None) -> uploads.O
 
         caps = limits.for_uploads(settings.max_upload_bytes)  # for every read of the uploads
         try:
-            with tempfile.TemporaryDirectory(prefix="overlapscope-upload-") as tmp:
-                ingest = functools.partial(data.ingest, settings.db, pushed_by=who, limits=caps)
+            with tempdirs.folder("upload") as tmp:
+                ingest = functools.partial(data.ingest, settings.db, pushed_by=who, limits=caps, shown_from=tmp)
                 outcome = uploads.store(ingest, files, Path(tmp), name, tags, progress, session_id=_session_id(),
                                         limits=caps)
         except UsageError as err:  # the catalog busy or unwritable: one line that says so
@@ -98,6 +98,7 @@ def _store(settings, files, name: str, tags: dict, who: str | None) -> uploads.O
                   flush=True)
             outcome = uploads.Outcome(errors=[f"internal error ({type(err).__name__}) while storing the run: "
                                               "nothing was stored; the server's log has the details"])
+        memory.release_freed()  # what the decode freed goes back to the system, refused or stored
         if outcome.errors:
             status.update(label="Nothing was stored: fix the files below and upload again.", state="error")
         else:
@@ -119,12 +120,15 @@ def render() -> None:
     token = st.text_input("API token", type="password", key="upload_token",
                           help="One of this dashboard's API tokens (as for overlapscope push); the run "
                                "records its name.") if tokens.configured else None
+    who = tokens.who(token) if tokens.configured else None
+    if tokens.configured and who is None:  # no file chooser, and the server takes no file, before a token
+        message = "Give a valid API token to upload (ask whoever runs this dashboard for one)."
+        st.error(message) if token else st.info(message)
+        return
+    if tokens.configured:
+        spool.grant(_session_id())
     files, name, tag_text, go = _form(settings)
     if not go:
-        return
-    who = tokens.who(token) if tokens.configured else None
-    if tokens.configured and who is None:
-        st.error("Give a valid API token to upload (ask whoever runs this dashboard for one).")
         return
     too_big = uploads.size_error(files, settings.max_upload_bytes, _session_id())
     if too_big:

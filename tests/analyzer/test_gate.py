@@ -95,6 +95,14 @@ def test_check_errors_exit_2_in_one_line(db, capsys):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err, err
+    assert main(["ingest", str(SAMPLES / "ddp_straggler"), "--run", "first"]) == 0
+    capsys.readouterr()
+    for bound in ("nan", "inf", "-inf", "-1"):  # NaN compares false: a NaN bound would pass any regression
+        for where in ([], ["--server", "http://localhost:1"]):  # refused before any server is asked
+            assert main(["check", "--run", "first", f"--max-regression-pct={bound}", *where]) == 2, (bound, where)
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "finite number of 0 % or more" in err, err
+    assert main(["check", "--run", "first", "--max-regression-pct", "0"]) == 1  # the straggler is worse
     with pytest.raises(SystemExit) as exit_:
         main(["check", "--run", "first", "--db", str(db), "--server", "http://localhost:1"])
     assert exit_.value.code == 2

@@ -177,14 +177,13 @@ def test_with_api_tokens_an_upload_needs_one_and_records_its_name(monkeypatch, t
     db = tmp_path / "catalog.duckdb"
     at = open_app(monkeypatch, db, "views/upload.py", OVERLAPSCOPE_API_TOKENS=str(tokens))
     assert at.text_input(key="upload_token").proto.type == at.text_input(key="upload_token").proto.PASSWORD
-    at.text_input(key="upload_token").input("not-the-token-at-all")
-    _upload(at, bundle_files(dashboard_bundles[0]), "refused")
-    assert any("valid API token" in e.value for e in at.error)
+    assert not at.get("file_uploader") and any("valid API token" in i.value for i in at.info)  # no chooser yet
+    at.text_input(key="upload_token").input("not-the-token-at-all").run()
+    assert not at.get("file_uploader") and any("valid API token" in e.value for e in at.error)
     assert "not-the-token" not in " ".join(e.value for e in at.error)
     assert stored_runs(db) == []
-    at.text_input(key="upload_token").input("page-token-0123456789ab")
-    at.button(key="upload_go").click()
-    at.run()
+    at.text_input(key="upload_token").input("page-token-0123456789ab").run()
+    _upload(at, bundle_files(dashboard_bundles[0]), "refused")
     no_errors(at)
     assert [(r["name"], r["pushed_by"]) for r in stored_runs(db)] == [("refused", "alice")]
 

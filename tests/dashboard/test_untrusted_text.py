@@ -18,7 +18,7 @@ import pytest
 
 from builders import GpuTrace, write
 from overlapscope.cli import main
-from overlapscope.dashboard.text import code, md, plain
+from overlapscope.dashboard.text import WORD_JOINER, code, md, plain
 from test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS, _no_exception, _open, _settle
 from test_dashboard_cli import start_server, stop_server
 
@@ -36,6 +36,8 @@ def test_md_escapes_every_character_that_starts_markdown():
     assert unescaped == []
     assert plain(escaped) == hostile.replace("\n", " ")  # a reader sees the text itself
     assert md("plain run 42") == "plain run 42"
+    for link in ("https://evil.example/login?token=x", "HTTP://x.y", "www.evil.example/path", "WWW.x.y", "a@b.example"):
+        assert WORD_JOINER in md(link) and plain(md(link)) == link  # GFM's autolink patterns broken, invisibly
     assert md("名前") == "名前"
 
 
@@ -91,7 +93,9 @@ def test_no_page_renders_markdown_from_a_trace_or_a_name(tmp_path, attacker, mon
     db = tmp_path / "catalog.duckdb"
     monkeypatch.setenv("OVERLAPSCOPE_DB", str(db))
     _hostile_run(tmp_path / "run", attacker)
-    name = f"![name]({attacker}/name.png) **bold**"
+    # GFM would link the last three by their pattern, whatever escapes they carry
+    links = "https://evil.example/login?token=x www.evil.example/path someone@evil.example"
+    name = f"![name]({attacker}/name.png) **bold** {links}"
     assert main(["ingest", str(tmp_path / "run"), "--run", name, "--tag", f"k=![tag]({attacker}/tag.png)"]) == 0
     assert main(["ingest", str(tmp_path / "run"), "--run", "second"]) == 0
     capsys.readouterr()
@@ -112,9 +116,12 @@ def test_no_page_renders_markdown_from_a_trace_or_a_name(tmp_path, attacker, mon
                 page.wait_for_timeout(500)
                 _no_exception(page)
                 assert str(db) not in page.content(), f"{title} shows the server's catalog path"
+                assert page.locator("a[href*='evil.example'], a[href^='mailto:']").count() == 0, \
+                    f"{title} made a link of the run's name"
                 if title in ("Overview", "Checklist", "Model", "Timeline", "Buckets & units"):
-                    expect(page.locator("h1").first).to_contain_text(f"![name]({attacker}/name.png) **bold**",
-                                                                     timeout=WAIT_MS)
+                    expect(page.locator("h1").first).to_contain_text("**bold**", timeout=WAIT_MS)
+                    shown = page.locator("h1").first.inner_text().replace(WORD_JOINER, "")  # invisible
+                    assert name in shown, shown
             browser.close()
     finally:
         stop_server(proc)

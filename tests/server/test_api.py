@@ -330,6 +330,9 @@ def test_check_against_the_server(server):
     assert verdict["status"] == "regression" and verdict["metric"] == "exposed_comm_ms"
     status, via_http = request(url, "GET", f"/runs/{verdict['run']['run_id']}/check")
     assert status == 200 and via_http == verdict
+    for bound in ("nan", "NaN", "inf", "-1", "x"):  # a NaN bound would pass any regression
+        status, answer = request(url, "GET", f"/runs/{verdict['run']['run_id']}/check", [("max_regression_pct", bound)])
+        assert status == 400 and ("0 % or more" in answer["error"] or "a number" in answer["error"]), (bound, answer)
 
 
 def _session_processes(sid: int) -> list[int]:
@@ -459,3 +462,27 @@ def test_whatif_and_the_perfetto_download(server):
     assert {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"} >= {
         "overlapscope: exposed comm", "overlapscope: collectives", "overlapscope: steps", "overlapscope: findings"}
     assert request(url, "GET", "/runs/99999/perfetto")[0] == 404
+
+
+def test_no_answer_names_the_servers_folders(server, tmp_path):
+    """A pushed run's files are named as sent (the body's name and its members), never by the
+    server's temporary folder: in the run, its what-if, its check and its errors."""
+    import tempfile
+
+    url, _, _ = server
+    single = (SAMPLES / "ddp" / "rank-0.pt.trace.json.gz").read_bytes()
+    status, first = push_raw(url, zipped(SAMPLES / "ddp"), "paths")
+    assert status == 201
+    assert push_raw(url, zipped(SAMPLES / "ddp"), "paths")[0] == 201
+    run_id = first["run_id"]
+    answers = [request(url, "GET", f"/runs/{run_id}")[1], request(url, "GET", f"/runs/{run_id}/whatif")[1],
+               request(url, "GET", f"/runs/{run_id}/whatif", [("bucket-mb", "5")])[1],
+               request(url, "GET", f"/runs/{run_id + 1}/check")[1]]
+    bad = tmp_path / "rank-0.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": 7}]}')
+    answers.append(push_raw(url, bad.read_bytes(), "bad", file="rank-0.json")[1])
+    answers.append(push_raw(url, single, "single", file="rank-0.pt.trace.json.gz")[1])
+    text = json.dumps(answers)
+    assert tempfile.gettempdir() not in text and "overlapscope-push-" not in text, text[:2000]
+    files = answers[1]["run"]["files"]
+    assert files and all(not f.startswith("/") for f in files), files

@@ -218,3 +218,24 @@ def test_a_body_without_a_size_is_cut_at_the_cap(tmp_path):
     status, read = _asgi_put(spool, [chunk] * 3, [(b"content-length", str(3 * MB).encode())])
     assert status == 204 and read == 3
     spool.close()
+
+
+def test_a_server_with_tokens_takes_no_file_before_a_token(tmp_path):
+    """With API tokens, a browser session sends files only once the Upload page took its valid
+    token (``spool.grant``): before, a file is refused (403) without a byte read, whatever its
+    size or session."""
+    from overlapscope.server import spool as spool_module
+
+    spool = UploadSpool(_reader_app(), 4 * MB, folder=tmp_path / "spool", needs_grant=lambda: True)
+    chunk = b"x" * MB
+    for headers in ([], [(b"content-length", str(MB).encode())]):
+        assert _asgi_put(spool, [chunk], headers) == (403, 0)
+    spool_module.grant("session-1")
+    try:
+        assert _asgi_put(spool, [chunk], [(b"content-length", str(MB).encode())]) == (204, 1)
+    finally:
+        spool_module._granted.discard("session-1")
+    open_spool = UploadSpool(_reader_app(), 4 * MB, folder=tmp_path / "open", needs_grant=lambda: False)
+    assert _asgi_put(open_spool, [chunk], []) == (204, 1)  # no tokens (a loopback server): as before
+    spool.close()
+    open_spool.close()

@@ -63,6 +63,9 @@ def _with_events(*events: dict) -> dict:
 
 # (id, trace (dict or raw text), expected: a substring of the refusal, or None for success)
 REFUSED = [
+    ("step_past_int64", lambda: _gpu_text('"ProfilerStep#1"', '"ProfilerStep#9223372036854775808"'),
+     "ProfilerStep#9223372036854775808: a step number past"),
+    ("step_of_40_digits", lambda: _gpu_text('"ProfilerStep#1"', '"ProfilerStep#' + "9" * 40 + '"'), "a step number past"),
     ("world_size_2_62", lambda: {**_gpu(), "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 2**62}},
      "world size"),
     ("world_size_0", lambda: {**_gpu(), "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 0}},
@@ -208,7 +211,8 @@ def test_accepted_alike_by_both_decoders(tmp_path, case_id, case):
 
 
 @pytest.mark.parametrize("field, value, reason", [("dur", -5, "negative dur"), ("ts", None, "missing or invalid ts"),
-                                                  ("dur", None, "missing dur"), ("ts", 1e30, "missing or invalid ts")])
+                                                  ("dur", None, "missing dur"), ("ts", 1e30, "missing or invalid ts"),
+                                                  ("ts", -5, "negative ts")])
 def test_broken_timings_are_dropped_counted_and_said(tmp_path, capsys, field, value, reason):
     """The broken kernel leaves the analysis (comm is the all-reduce alone: 40 us, none of
     it hidden), and the run says how many events it left out and why."""
@@ -268,6 +272,31 @@ def test_files_of_different_runs_are_refused(tmp_path, capsys, make_other, what)
     code = main(["analyze", a, b])
     err = capsys.readouterr().err
     assert code == 2 and "a different run" in err and what in err and a in err and b in err
+
+
+@pytest.mark.parametrize("shift", ["events", "base time"])
+def test_ranks_33_hours_apart_are_different_runs(tmp_path, capsys, shift):
+    """Rank 0 of one run and rank 1 of another, 33 h later: by their events' epoch clock, or by
+    Kineto's baseTimeNanoseconds where the events are on a machine's own clock."""
+    hours_ns = 33 * 3600 * 10**9
+    a, b = _gpu(rank=0), _gpu(rank=1)
+    if shift == "events":
+        for e in b["traceEvents"]:
+            if "ts" in e:
+                e["ts"] += hours_ns / 1000
+    else:
+        a["baseTimeNanoseconds"], b["baseTimeNanoseconds"] = 1790857026000000000, 1790857026000000000 + hours_ns
+    pa, pb = write(a, tmp_path / "rank-0.json"), write(b, tmp_path / "rank-1.json")
+    assert main(["analyze", pa, pb]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{pb}: a different run" in err and "33.0 h after" in err and pa in err, err
+    a, b = _gpu(rank=0), _gpu(rank=1)  # 20 minutes apart: one run (ranks start at one step, not one instant)
+    for e in b["traceEvents"]:
+        if "ts" in e:
+            e["ts"] += 20 * 60 * 1e6
+    write(a, tmp_path / "rank-0.json")
+    write(b, tmp_path / "rank-1.json")
+    assert main(["analyze", pa, pb]) == 0
 
 
 def test_a_ddp_rank_and_an_fsdp_rank_are_different_runs(tmp_path, capsys):
@@ -642,3 +671,34 @@ def test_ranks_list_the_groups_they_are_in(tmp_path, capsys):
     b = write(_with_groups(_gpu(rank=1, world_size=4), ("0", "default_pg", [0, 1, 2, 3]),
                            ("2", "mesh_replicate", [1, 3]), ("3", "mesh_shard", [0, 1])), tmp_path / "rank-1.json")
     assert main(["analyze", a, b]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["analyze", "ingest"])
+def test_devices_fifos_and_links_to_them_are_refused_before_any_read(tmp_path, capsys, command):
+    """/dev/zero never ends and a FIFO blocks its reader: refused from the file's mode, in one
+    line, before a byte is read (a link is judged by what it points to)."""
+    import os
+
+    (tmp_path / "urandom.json").symlink_to("/dev/urandom")
+    os.mkfifo(tmp_path / "rank-0.json")
+    before, after = {"ingest": ([], ["--run", "x", "--db", str(tmp_path / "c.duckdb")])}.get(command, ([], []))
+    for path, what in (("/dev/zero", "a character device"), (tmp_path / "urandom.json", "a character device"),
+                       (tmp_path / "rank-0.json", "a FIFO")):
+        start = time.monotonic()
+        assert main([command, *before, str(path), *after]) == 2
+        err = capsys.readouterr().err
+        assert time.monotonic() - start < 1.0
+        assert err.count("\n") == 1 and f"{path}: {what}, not a file" in err, err
+    assert not (tmp_path / "c.duckdb").exists()
+
+
+def test_a_device_is_refused_in_bounded_memory():
+    import subprocess
+    import sys
+
+    # VmHWM: this process's peak (ru_maxrss would carry the forking test worker's across exec)
+    code = ("import re, sys; from overlapscope.cli import main; rc = main(['analyze', '/dev/zero']); "
+            "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "a character device" in done.stderr
+    assert int(done.stdout.split()[-1]) < 200 * 1024  # KiB: the process's peak, imports included

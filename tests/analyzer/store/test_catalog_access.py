@@ -53,6 +53,7 @@ def test_ingest_waits_for_a_lock_held_for_seconds(tmp_path):
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = ingest.stderr.readline()
         assert "in use by another process" in first and "waiting up to 120 s" in first, first + ingest.stderr.read()
+        assert f"process {holder.pid})" in first and "IO Error" not in first and "duckdb.org" not in first, first
         holder.stdin.write("let go\n")
         holder.stdin.flush()
         assert holder.wait(60) == 0
