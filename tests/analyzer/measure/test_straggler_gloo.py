@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import example_runner
+from machine import quiet
 from overlapscope.analyzer.api import analyze, diagnose
 
 
@@ -26,7 +27,14 @@ SLOW_RANK, SLOW_MS = 2, 60.0
 
 
 def _capture(out, nproc: int, slow_rank: int, slow_ms: float = SLOW_MS) -> None:
-    # small buckets (--bucket-cap-mb 0.01): more collectives to estimate clocks on
+    # small buckets (--bucket-cap-mb 0.01): more collectives to estimate clocks on; the machine
+    # to itself (tests/machine.py): under the other worker's load the late rank was late in
+    # fewer than 3 of 4 steps once ("consistent": false, the rule passed)
+    with quiet():
+        _run(out, nproc, slow_rank, slow_ms)
+
+
+def _run(out, nproc: int, slow_rank: int, slow_ms: float) -> None:
     example_runner.check(["--parallel", "ddp", "--nproc", str(nproc), "--steps", "4", "--wait-steps", "1",
                           "--warmup-steps", "1", "--active-steps", "2", "--model-size", "tiny", "--backend", "gloo",
                           "--no-calibrate", "--bucket-cap-mb", "0.01", "--slow-rank", str(slow_rank),
