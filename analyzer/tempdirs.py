@@ -28,9 +28,8 @@ OWNER_FILE = ".owner"
 LOCK_GRACE_S = 2.0
 
 _held: dict[str, int] = {}  # folder -> the descriptor that holds its lock
-
-
-_owner_pid = os.getpid()
+_at_exit: list[str] = []  # folders of ``make(until_exit=True)``
+_owner_pid = os.getpid()  # a forked worker inherits the lists, not the folders
 
 
 def make(kind: str, until_exit: bool = False) -> str:
@@ -43,9 +42,6 @@ def make(kind: str, until_exit: bool = False) -> str:
     if until_exit:
         _at_exit.append(folder)
     return folder
-
-
-_at_exit: list[str] = []
 
 
 @atexit.register

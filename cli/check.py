@@ -38,7 +38,6 @@ def add_parser(sub) -> None:
 def _local(args) -> dict:
     from overlapscope.analyzer import api
 
-    gate.check_bound(args.max_regression_pct)
     con = open_catalog(args.db, read_only=True)
     try:
         run_id = api.resolve_run(con, run_ref(args))

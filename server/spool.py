@@ -183,7 +183,7 @@ class UploadSpool:
             if folder.is_dir() and not runtime.is_active_session(folder.name):
                 shutil.rmtree(folder, ignore_errors=True)
         with _lock:
-            _granted.intersection_update({s for s in _granted if runtime.is_active_session(s)})
+            _granted.difference_update([s for s in _granted if not runtime.is_active_session(s)])
 
     async def _too_large(self, send) -> None:
         limit_mib = self.max_upload_bytes / 2**20

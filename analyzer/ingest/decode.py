@@ -469,10 +469,11 @@ def _assign_steps(kind, name_codes, names, ts_ns, dur_ns, device_rows, launch_ts
     rows = np.flatnonzero(kind == KIND_CODE["step"])
     if not len(rows):
         return step
-    numbers = [classify.step_number(names[c]) for c in np.unique(name_codes[rows])]
-    if max(numbers) > MAX_STEP:
-        raise StepOutOfRange(f"ProfilerStep#{max(numbers)}: a step number past {MAX_STEP:,}, the largest read")
-    numbers = np.array([classify.step_number(names[name_codes[r]]) for r in rows], dtype=np.int64)
+    codes, row_code = np.unique(name_codes[rows], return_inverse=True)
+    distinct = [classify.step_number(names[c]) for c in codes.tolist()]
+    if max(distinct) > MAX_STEP:
+        raise StepOutOfRange(f"ProfilerStep#{max(distinct)}: a step number past {MAX_STEP:,}, the largest read")
+    numbers = np.array(distinct, dtype=np.int64)[row_code]
     order = np.argsort(ts_ns[rows], kind="stable")
     starts, ends, numbers = ts_ns[rows][order], (ts_ns + dur_ns)[rows][order], numbers[order]
 

@@ -41,7 +41,7 @@ HEADER_BYTES_PER_RANK = 64 << 10  # a rank's distributedInfo (its process groups
 _WS = b" \t\r\n"
 
 
-class _Rank(msgspec.Struct, forbid_unknown_fields=False):
+class _Rank(msgspec.Struct):
     rank: int
     distributedInfo: dict | None = None
     deviceProperties: list | None = None

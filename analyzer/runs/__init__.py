@@ -11,8 +11,8 @@ ties the map, the store and the analyses together.
 
 from __future__ import annotations
 
-import os
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 

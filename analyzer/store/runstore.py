@@ -352,13 +352,18 @@ def sweep(catalog_path: str | os.PathLike, referenced: set[str], pruned: set[str
         if not folder.is_dir():
             continue
         orphan = folder.name.startswith(RUN_PREFIX) and folder.name not in referenced
-        dead_staging = folder.name.startswith(STAGING_PREFIX) and not _locked(folder)
-        dead_creating = (folder.name.startswith("." + STAGING_PREFIX) and not _locked(folder)
-                         and time.time() - folder.stat().st_mtime > CREATING_GRACE_S)
-        if orphan or dead_staging or dead_creating:
+        if orphan or _abandoned(folder):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
     return removed
+
+
+def _abandoned(folder: Path) -> bool:
+    """A staging folder (or one still being made) whose writer is gone."""
+    if folder.name.startswith(STAGING_PREFIX):
+        return not _locked(folder)
+    return (folder.name.startswith("." + STAGING_PREFIX) and not _locked(folder)
+            and time.time() - folder.stat().st_mtime > CREATING_GRACE_S)
 
 
 def sweep_staging(catalog_path: str | os.PathLike) -> list[str]:
@@ -369,7 +374,7 @@ def sweep_staging(catalog_path: str | os.PathLike) -> list[str]:
         return []
     removed = []
     for folder in store.iterdir():
-        if folder.is_dir() and folder.name.startswith(STAGING_PREFIX) and not _locked(folder):
+        if folder.is_dir() and _abandoned(folder):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
     return removed
