@@ -22,6 +22,7 @@ import streamlit as st
 
 from overlapscope.analyzer import api, gate
 from overlapscope.analyzer import runs as library_runs
+from overlapscope.analyzer.runs import apart
 from overlapscope.analyzer.errors import CatalogBusy  # also what a page shows after WAIT_S
 
 WAIT_S = 10.0  # how long a page waits for a catalog another process is writing
@@ -165,8 +166,9 @@ def ingest(db: str, paths: list[str], name: str, tags: dict, on_decoded=None, pu
     ``limits.for_uploads``: what anyone who reaches the page may send). ``shown_from``: the
     uploads' folder, never shown (``runs.prepare``).
     """
-    prepared = library_runs.prepare(db, paths, workers=1, on_decoded=on_decoded, limits=limits,  # not in the writer
-                                    shown_from=shown_from)
+    # not in the writer, and in a child process that exits once done (``runs.apart``): the
+    # server keeps none of what the decode took
+    prepared = apart.prepare(db, paths, on_decoded=on_decoded, limits=limits, shown_from=shown_from)
     try:
         return write(db, lambda con: library_runs.commit(con, prepared, name, tags, pushed_by=pushed_by))
     except BaseException:

@@ -44,6 +44,7 @@ from starlette.routing import Route
 
 from overlapscope.analyzer import api as library, gate, runs, tempdirs
 from overlapscope.analyzer.ingest import limits, memory
+from overlapscope.analyzer.runs import apart
 from overlapscope.analyzer.errors import CatalogBusy, InputError, RunNotFound, UsageError
 from overlapscope.server import auth, uploads
 from overlapscope.server.settings import Settings
@@ -310,9 +311,11 @@ class Api:
         return path
 
     def _prepare(self, path: Path):
-        """Map the run into the run store and analyse it beside the writer (DuckDB runs on all cores)."""
-        return runs.prepare(self.settings.db, [str(path)], workers=1,
-                            limits=limits.for_uploads(self.settings.max_upload_bytes), shown_from=str(path.parent))
+        """Map the run into the run store and analyse it beside the writer (DuckDB runs on all
+        cores), in a child process that exits once it is done (``runs.apart``): none of what
+        the decode took stays with the server."""
+        return apart.prepare(self.settings.db, [str(path)],
+                             limits=limits.for_uploads(self.settings.max_upload_bytes), shown_from=str(path.parent))
 
     async def push(self, request: Request) -> Response:
         started = time.monotonic()

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from overlapscope.analyzer import runs
+from overlapscope.analyzer.runs import apart
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.server import auth
 from overlapscope.server.settings import Settings
@@ -81,6 +82,7 @@ def build(settings: Settings):
     from overlapscope.server.spool import UploadSpool
 
     runs.sweep_leftovers(settings.db)  # what a killed server, load or push left behind
+    apart.start()  # the fork server of the pushes' and uploads' decodes, its imports done now
     api = Api(settings)
     shared = runs.shared(settings.db, keep_open_s=KEEP_OPEN_S)
     spool = None

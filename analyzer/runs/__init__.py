@@ -57,13 +57,16 @@ class Prepared:
 
 
 def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decoded=None, limits=None,
-            engine: str = "local", ray_address: str | None = None, shown_from: str | None = None) -> Prepared:
+            engine: str = "local", ray_address: str | None = None, shown_from: str | None = None,
+            staging: runstore.Staging | None = None) -> Prepared:
     """Map the traces at ``paths`` into a staging folder of the catalog's run store (every
     rank's Parquet files, written by the workers) and analyse them (the reduce and what
     ingest stores: ``derive.compute``, the analyses as documents). Nothing touches the
     catalog; on any error the staging folder goes. ``on_decoded(done, total)`` reports
     each rank as it is mapped. ``shown_from``: a folder the files are named from (a server's
-    temporary folder of uploads: the run's files, its source and errors never show it)."""
+    temporary folder of uploads: the run's files, its source and errors never show it).
+    ``staging``: a staging folder made (and locked) by the caller (``apart.prepare``), else
+    one is made here."""
     from overlapscope.analyzer import engine as engines
     from overlapscope.analyzer.ingest.inputs import resolve
     from overlapscope.analyzer.ingest.limits import from_env
@@ -76,7 +79,7 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
         inputs.sources = [dataclasses.replace(s, label=_shown(s.display, shown_from)) for s in inputs.sources]
         source = " ".join(_shown(p, shown_from) for p in paths)
     try:
-        staging = runstore.stage(catalog_path)
+        staging = staging or runstore.stage(catalog_path)
     except OSError as err:  # the disk, not the input: read-only, full, no permission
         inputs.release()
         raise _write_error(catalog_path, err) from None

@@ -276,6 +276,17 @@ class Staging:
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.replace(creating, self.path)
 
+    @classmethod
+    def at(cls, path: str | os.PathLike) -> "Staging":
+        """A staging folder that another process made and holds locked (``runs.apart``: the
+        server's process, while a child fills it): written here, never locked here."""
+        view = cls.__new__(cls)
+        view.path = Path(path)
+        view.store = view.path.parent
+        view.token = view.path.name[len(STAGING_PREFIX):]
+        view._made_store, view._lock = False, None
+        return view
+
     @property
     def name(self) -> str:
         return f"{RUN_PREFIX}{self.token}"

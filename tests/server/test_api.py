@@ -486,3 +486,66 @@ def test_no_answer_names_the_servers_folders(server, tmp_path):
     assert tempfile.gettempdir() not in text and "overlapscope-push-" not in text, text[:2000]
     files = answers[1]["run"]["files"]
     assert files and all(not f.startswith("/") for f in files), files
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """The process's own peak resident memory (VmHWM): its children's never count."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+
+
+def _server_pid(db: Path) -> int:
+    (pid,) = [int(p) for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).count(str(db)) == 1]
+    return pid
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _busy_trace(path: Path) -> bytes:
+    """A one-rank trace of 48,000 kernels (15 MB of JSON, 1.1 MB gzipped)."""
+    import random
+
+    from builders import GpuTrace, write
+
+    trace, rnd = GpuTrace(rank=0, world_size=1), random.Random(7)
+    for s in range(40):
+        trace.step(s, s * 100_000, 99_000)
+        at = s * 100_000 + 10
+        for k in range(1200):
+            dur = rnd.uniform(5, 60)
+            if k % 10 == 9:
+                trace.comm(at, dur, nelems=rnd.randrange(1 << 16, 1 << 22))
+            else:
+                trace.kernel(at, dur)
+            at += dur + rnd.uniform(0.5, 5)
+    return Path(write(trace, path, gz=True)).read_bytes()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+def test_pushes_leave_the_servers_memory_as_it_was(server, tmp_path):
+    """Each push is decoded in a child process that exits (analyzer/runs/apart.py), so the
+    server's own peak does not move with what pushes decode, stored or refused (decoded in the
+    server, these four pushes raised its peak by 191 MiB; eight bombs at once by 5 GiB)."""
+    url, db, _ = server
+    body = _busy_trace(tmp_path / "busy.json.gz")
+    assert len(body) < LIMIT_MB * 2**20
+    pid = _server_pid(db)
+    assert push_raw(url, zipped(SAMPLES / "ddp"), "warm-up")[0] == 201  # the server's own first-push costs
+    before_mib = _peak_rss_mib(pid)
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(push_raw(url, body, f"busy-{i}", file="rank-0.json.gz")))
+               for i in range(3)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert [status for status, _ in results] == [201] * 3, results
+    assert results[0][1]["headline"]["step_ms"] > 90  # the run was decoded and stored, not refused
+    refused = push_raw(url, body[: len(body) // 2], "cut", file="rank-0.json.gz")
+    assert refused[0] == 400, refused
+    grew_mib = _peak_rss_mib(pid) - before_mib
+    assert grew_mib < 30, f"the server's peak grew by {grew_mib:.0f} MiB over 4 pushes"
