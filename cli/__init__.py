@@ -24,7 +24,7 @@ from overlapscope.cli.tables import clean  # noqa: E402
 COMMANDS = {
     "analyze": "analyze", "buckets": "buckets", "diagnose": "diagnose", "whatif": "whatif", "model": "model",
     "ingest": "catalog", "history": "catalog", "check": "check", "prune": "retention", "delete": "retention",
-    "push": "push", "reduce-rank": "reduce", "export": "export", "dashboard": "dashboard",
+    "push": "push", "reduce-rank": "reduce", "export": "export", "dashboard": "dashboard", "capture": "capture",
 }
 
 

@@ -15,6 +15,10 @@ TRACE_FILE_TEMPLATE = "rank-{rank}.pt.trace.json.gz"
 # Facts gathered from all ranks, written by rank 0 next to the traces.
 MANIFEST_FILE = "manifest.json"
 
+# ``overlapscope capture --trigger DIR`` writes it into an armed job's folder: every rank
+# profiles its next steps (its JSON may say how many: ``{"steps": N}``).
+TRIGGER_FILE = "TRIGGER"
+
 # A ``record_function`` range around the launch of one DDP bucket's collective.
 # ``index`` is ``GradBucket.index()``: after DDP's bucket rebuild, the order in
 # which the buckets' gradients become ready in backward.

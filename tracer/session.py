@@ -178,8 +178,9 @@ class Tracer:
 
     def _ddp_facts(self) -> ModelFacts:
         module = self.model.module
-        buckets = self._buckets.buckets()
-        if not buckets:
+        # no recorder: ``overlapscope capture`` found the job's own comm hook (the analyzer infers the buckets)
+        buckets = self._buckets.buckets() if self._buckets is not None else []
+        if not buckets and self._buckets is not None:
             warnings.warn("no synchronizing backward pass was seen: the manifest has no bucket map", stacklevel=3)
         reducer_bytes = reducer_bucket_bytes(self.model)
         param_dtype = next(module.parameters()).dtype
