@@ -107,11 +107,12 @@ def warnings(run: dict, base: dict) -> list[str]:
     """Why two runs may not be comparable: world size or parallelism differ."""
     out = []
     if run["world_size"] != base["world_size"]:
-        out.append(f"world sizes differ: run {run['run_id']} has {run['world_size']} ranks, "
-                   f"baseline {base['run_id']} {base['world_size']}")
+        out.append(f"world sizes differ: run {run['run_id']} ran on {run['world_size']} ranks and baseline "
+                   f"run {base['run_id']} on {base['world_size']}, so their times are not like for like")
     if run["parallelism"] != base["parallelism"]:
-        out.append(f"parallelism differs: run {run['run_id']} is {run['parallelism'] or 'unknown'}, "
-                   f"baseline {base['run_id']} {base['parallelism'] or 'unknown'}")
+        out.append(f"parallelism differs: run {run['run_id']} is {run['parallelism'] or 'of unknown parallelism'} "
+                   f"and baseline run {base['run_id']} {base['parallelism'] or 'of unknown parallelism'}, so "
+                   "their times are not like for like")
     return out
 
 
@@ -156,10 +157,16 @@ def check_bound(max_regression_pct) -> float:
 
 
 def check(con, run_id: int, baseline: str | int = "previous", metric: str = DEFAULT_METRIC,
-          max_regression_pct: float = DEFAULT_MAX_REGRESSION_PCT) -> dict:
-    """The gate's verdict on ``run_id`` against its baseline: ``status`` is ``pass`` or ``regression``."""
+          max_regression_pct: float = DEFAULT_MAX_REGRESSION_PCT, strict: bool = False) -> dict:
+    """The gate's verdict on ``run_id`` against its baseline: ``status`` is ``pass``,
+    ``regression``, or ``no_baseline`` for the first run of a name held against the previous
+    one (a new CI pipeline's first job passes; ``strict`` makes it a ``UsageError``)."""
     check_metric(metric)
     max_regression_pct = check_bound(max_regression_pct)
+    if str(baseline) == "previous" and not strict:
+        found = sql.one(con, "catalog.previous_of", run_id=run_id)
+        if not found or found[0] is None:
+            return _first_run(con, run_id, metric, max_regression_pct)
     result = compare(con, run_id, baseline_of(con, run_id, baseline))
     row = next(m for m in result["metrics"] if m["metric"] == metric)
     if row["value"] is None or row["baseline_value"] is None:
@@ -170,6 +177,16 @@ def check(con, run_id: int, baseline: str | int = "previous", metric: str = DEFA
             "higher_is_better": HIGHER_IS_BETTER[metric], "max_regression_pct": max_regression_pct,
             "value": row["value"], "baseline_value": row["baseline_value"], "change": row["change"],
             "worse_pct": row["worse_pct"], **result}
+
+
+def _first_run(con, run_id: int, metric: str, max_regression_pct: float) -> dict:
+    """The verdict on the first run of a name: nothing to hold it against yet, so it passes."""
+    run = catalog.run(con, run_id)
+    value = (run["headline"] or {}).get(metric)
+    return {"status": "no_baseline", "regressed": False, "metric": metric, "higher_is_better": HIGHER_IS_BETTER[metric],
+            "max_regression_pct": max_regression_pct, "value": value, "baseline_value": None, "change": None,
+            "worse_pct": None, "run": {k: run[k] for k in RUN_KEYS}, "baseline": None, "metrics": [], "groups": [],
+            "warnings": []}
 
 
 def regressions(runs: list[dict], metric: str, max_regression_pct: float) -> dict[int, float | None]:

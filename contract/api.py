@@ -75,7 +75,8 @@ class Verdict(msgspec.Struct):
     baseline_value: float | None
     worse_pct: float | None
     run: Side
-    baseline: Side
+    baseline: Side | None  # None: the first run of its name (status no_baseline)
     metrics: list[MetricRow]
     groups: list[Group]
     warnings: list[str]
+    status: str | None = None  # pass, regression or no_baseline (None from a server before no_baseline)

@@ -228,7 +228,8 @@ class Api:
         except UsageError as err:
             return _error(400, str(err))
         baseline = params.get("baseline") or "previous"
-        return await self._read(lambda con: gate.check(con, run_id, baseline, metric, max_pct))
+        strict = (params.get("strict") or "").lower() in ("1", "true", "yes")
+        return await self._read(lambda con: gate.check(con, run_id, baseline, metric, max_pct, strict))
 
     async def whatif(self, request: Request) -> Response:
         from overlapscope.analyzer.predict import changes as whatif_changes

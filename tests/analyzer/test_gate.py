@@ -88,7 +88,7 @@ def test_check_passes_an_identical_run_and_fails_the_straggler(db, capsys):
 def test_check_errors_exit_2_in_one_line(db, capsys):
     assert main(["ingest", str(SAMPLES / "ddp"), "--run", "first"]) == 0
     capsys.readouterr()
-    for argv, words in ((["check", "--run", "first"], "nothing to compare"),
+    for argv, words in ((["check", "--run", "first", "--strict"], "nothing to compare"),
                         (["check", "--run", "nope"], "no run 'nope'"),
                         (["check", "--run", "first", "--baseline", "latest"], "'previous' or a run id"),
                         (["check", "--run", "first", "--baseline", "42"], "no run 42")):
@@ -121,3 +121,44 @@ def test_compare_warns_when_runs_differ_in_world_size_or_parallelism(db):
     assert same["warnings"] == [] and all(g["change_ms"] == 0 for g in same["groups"])
     assert all(m["verdict"] == "same" for m in same["metrics"] if m["value"] is not None)
     con.close()
+
+
+def test_a_new_pipelines_first_job_passes_and_the_verdict_reads_for_ci(db, capsys, tmp_path):
+    """push-then-check on day one: the first run of a name passes with no baseline (exit 0),
+    the second identical run passes, a regression exits 1; the words never say '-X % worse';
+    Markdown for a job summary and JUnit XML for test-report collectors."""
+    import xml.etree.ElementTree as ET
+
+    assert main(["ingest", str(SAMPLES / "ddp_straggler"), "--run", "ci"]) == 0
+    capsys.readouterr()
+    report = tmp_path / "first.xml"
+    assert main(["check", "--run", "ci", "--junit", str(report)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("PASS (no baseline yet): exposed_comm_ms of run 1 (ci)") and "first run named 'ci'" in text
+    suite = ET.parse(report).getroot().find("testsuite")
+    assert suite.get("skipped") == "1" and suite.get("failures") == "0"
+    assert main(["check", "--run", "ci", "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["status"] == "no_baseline" and verdict["baseline"] is None and verdict["regressed"] is False
+    assert main(["check", "--run", "ci", "--strict"]) == 2
+
+    # the straggler, then the healthy run: exposed comm falls, a change for the better
+    assert main(["ingest", str(SAMPLES / "ddp"), "--run", "ci"]) == 0
+    capsys.readouterr()
+    assert main(["check", "--run", "ci"]) == 0
+    text = capsys.readouterr().out
+    assert "% better" in text and "-" not in text.split(":")[2].split("(")[0], text
+    assert "% worse (" not in text.split("\n")[0].split("baseline run 1: ")[1].split("(bound")[0]
+    assert main(["check", "--run", "ci", "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("### ") and "PASS" in md and "| **exposed_comm_ms** |" in md and "% better" in md
+
+    assert main(["ingest", str(SAMPLES / "ddp_straggler"), "--run", "ci"]) == 0
+    capsys.readouterr()
+    report = tmp_path / "third.xml"
+    assert main(["check", "--run", "ci", "--junit", str(report), "--format", "markdown"]) == 1
+    assert "REGRESSION" in capsys.readouterr().out
+    suite = ET.parse(report).getroot().find("testsuite")
+    assert suite.get("failures") == "1"
+    failure = suite.find("testcase").find("failure")
+    assert failure is not None and "% worse" in failure.get("message")

@@ -549,3 +549,16 @@ def test_pushes_leave_the_servers_memory_as_it_was(server, tmp_path):
     assert refused[0] == 400, refused
     grew_mib = _peak_rss_mib(pid) - before_mib
     assert grew_mib < 30, f"the server's peak grew by {grew_mib:.0f} MiB over 4 pushes"
+
+
+def test_the_first_run_of_a_name_has_no_baseline_through_the_api(server):
+    """The API gives the CLI's verdict on a name's first run: it passes with no baseline, and
+    ``strict=1`` refuses it in one line."""
+    url, _, _ = server
+    status, answer = push_raw(url, zipped(SAMPLES / "ddp"), "first-of-its-name")
+    assert status == 201, answer
+    status, verdict = request(url, "GET", f"/runs/{answer['run_id']}/check")
+    assert status == 200 and verdict["status"] == "no_baseline" and verdict["baseline"] is None
+    assert verdict["regressed"] is False and verdict["value"] == answer["headline"]["exposed_comm_ms"]
+    status, refused = request(url, "GET", f"/runs/{answer['run_id']}/check", [("strict", "1")])
+    assert status == 400 and "nothing to compare" in refused["error"]
