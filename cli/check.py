@@ -183,8 +183,8 @@ def run_check(args) -> int:
         except OSError as err:
             raise UsageError(f"{args.junit}: cannot write the JUnit report: {err.strerror or err}") from None
     try:
-        emit(verdict, args.json, lambda v: print(markdown(v) if args.format == "markdown" else describe(v), end=""
-                                                 if args.format == "markdown" else "\n"))
+        show = (lambda v: print(markdown(v), end="")) if args.format == "markdown" else (lambda v: print(describe(v)))
+        emit(verdict, args.json, show)
     except BrokenPipeError:  # a reader that stopped early does not turn a regression into a pass
         _quiet_stdout()
     return status

@@ -364,7 +364,7 @@ class Api:
             return _error(500, f"internal error ({type(err).__name__}): the server's log has the details")
         finally:
             tempdirs.remove(str(folder))
-            memory.release_freed()  # what the decode freed goes back to the system, refused or stored
+            memory.release_freed()  # what the spooled body's buffers left (the decode ran in a child: runs/apart.py)
         if not created:  # two pushes with one key were in flight at once: the first stored it
             _log(f"a repeated push of {name!r} by {who} answered with run {row['run_id']}")
             return repeated(row, name, tags)

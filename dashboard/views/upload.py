@@ -98,7 +98,7 @@ def _store(settings, files, name: str, tags: dict, who: str | None) -> uploads.O
                   flush=True)
             outcome = uploads.Outcome(errors=[f"internal error ({type(err).__name__}) while storing the run: "
                                               "nothing was stored; the server's log has the details"])
-        memory.release_freed()  # what the decode freed goes back to the system, refused or stored
+        memory.release_freed()  # what the upload's buffers left (the decode ran in a child: runs/apart.py)
         if outcome.errors:
             status.update(label="Nothing was stored: fix the files below and upload again.", state="error")
         else:
