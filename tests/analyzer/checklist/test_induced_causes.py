@@ -18,7 +18,8 @@ from the analyzer:
 - healthy runs (no cause), 2 and 4 ranks, 5 repeats each: no ``straggler`` fail;
 - gradient accumulation over 4 micro-batches without ``no_sync``, a raw trace with no
   marks and no manifest: ``accumulation_comm`` fails, and ``whatif --no-sync``
-  predicts the step of the same script run with ``no_sync`` within 25 %.
+  predicts the step of the same script run with ``no_sync`` within 40 % (the median of
+  three interleaved pairs' ratios).
 
 The model is small (4 Linear(128, 128), 16 rows) so that the straggler's sleep, not
 CPU contention, sets its cost: 4 ranks share 2 cores, and a sleeping rank gives the
@@ -132,10 +133,14 @@ def test_raw_accumulation_is_seen_and_no_sync_is_predicted(tmp_path):
     assert f["status"] == "fail" and "4 micro-batches" in f["evidence"], f
     assert f["whatif"] == "--no-sync"
     assert _findings(no_sync)["accumulation_comm"]["status"] == "pass"
-    predicted_ms = statistics.median(whatif([str(s)], Changes(sync=False), workers=2)["predicted"]["step_ms"]
-                                     for s, _ in pairs)
-    measured_ms = statistics.median(induced.step_ms(str(n)) for _, n in pairs)
-    assert predicted_ms == pytest.approx(measured_ms, rel=0.25), (predicted_ms, measured_ms)
+    # each pair's prediction against its own measured no_sync run (captured next to it, so under the
+    # same load), and the median of those ratios: a loaded CI machine moved one pair's runs apart by 25 %
+    seen = [(whatif([str(s)], Changes(sync=False), workers=2)["predicted"]["step_ms"], induced.step_ms(str(n)),
+             induced.step_ms(str(s))) for s, n in pairs]
+    ratio = statistics.median(predicted / measured for predicted, measured, _ in seen)
+    # within 40 %: the predictions this guards against kept every micro-batch's all-reduce (a 0 ms gain:
+    # the sync run's step, 1.6-1.8x the no_sync one here), or were 4x the measured step (384.6 vs 93.9 ms)
+    assert 1 / 1.4 <= ratio <= 1.4, ("predicted, measured no_sync, measured sync (ms)", seen)
 
 
 def test_a_raw_one_bucket_run_is_rebucketed_from_its_gradients(tmp_path):
