@@ -189,6 +189,16 @@ def _first_run(con, run_id: int, metric: str, max_regression_pct: float) -> dict
             "warnings": []}
 
 
+def change_words(worse_pct: float | None) -> str:
+    """A signed change in words: '12.3 % worse', '4.0 % better', 'no change' (never '-4.0 % worse');
+    ``worse_pct`` as ``worse_pct`` gives it (positive: worse, whatever the metric's direction)."""
+    if worse_pct is None:
+        return "change unknown (a zero baseline)"
+    if abs(worse_pct) < 0.05:
+        return "no change"
+    return f"{abs(worse_pct):.1f} % {'worse' if worse_pct > 0 else 'better'}"
+
+
 def regressions(runs: list[dict], metric: str, max_regression_pct: float) -> dict[int, float | None]:
     """Runs (``catalog.runs`` rows) worse than the previous run of their name by more than
     ``max_regression_pct``: run id -> how much worse, in % (None from a zero baseline)."""

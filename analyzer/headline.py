@@ -28,17 +28,23 @@ def _median(values: list) -> float | None:
     return round(statistics.median(values), 6) if values else None
 
 
+def rank_medians(steps: list[dict], figures: tuple[str, ...] = FIGURES) -> dict[int, dict]:
+    """Each rank's median of each figure over its steps: the headline's aggregation applied to
+    every rank (the Overview draws it per rank beside the headline)."""
+    by_rank: dict[int, list[dict]] = {}
+    for s in steps:
+        by_rank.setdefault(s["rank"], []).append(s)
+    return {rank: {k: _median([s.get(k) for s in items]) for k in figures} for rank, items in by_rank.items()}
+
+
 def slowest(steps: list[dict], figures: tuple[str, ...] = FIGURES) -> tuple[int | None, dict]:
     """The headline's aggregation of step rows (``rank`` and the ``figures``): the slowest
     rank, the one whose median step is longest (ties: more exposed comm, then the lower
     rank), and its median of each figure. (None, {}) without rows. The what-if engine
     aggregates its replayed and predicted steps with it."""
-    by_rank: dict[int, list[dict]] = {}
-    for s in steps:
-        by_rank.setdefault(s["rank"], []).append(s)
-    if not by_rank:
+    per_rank = rank_medians(steps, figures)
+    if not per_rank:
         return None, {}
-    per_rank = {rank: {k: _median([s.get(k) for s in items]) for k in figures} for rank, items in by_rank.items()}
     rank = max(per_rank, key=lambda r: (per_rank[r].get("step_ms") or 0, per_rank[r].get("exposed_comm_ms") or 0, -r))
     return rank, per_rank[rank]
 

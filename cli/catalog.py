@@ -8,10 +8,10 @@ from overlapscope.analyzer.errors import UsageError
 from overlapscope.cli.common import add_engine_arguments, describe, emit, note, open_catalog, progress
 from overlapscope.cli.tables import clean, table
 
-HISTORY_COLUMNS = [
-    ("run_id", "id"), ("name", "name"), ("created_at", "created (UTC)"), ("ranks", "ranks"),
-    ("parallelism", "parallelism"), ("step_ms", "step_ms"), ("exposed_comm_ms", "exposed_ms"),
-    ("overlap_pct", "overlap_%"), ("pushed_by", "pushed by"), ("pruned", "pruned"),
+HISTORY_COLUMNS = [  # the metrics a team tracks before the run's facts: narrow terminals drop the facts
+    ("run_id", "id"), ("name", "name"), ("created", "created (UTC)"), ("exposed_comm_ms", "exposed_ms"),
+    ("overlap_pct", "overlap_%"), ("step_ms", "step_ms"), ("commit", "commit"), ("ranks", "ranks"),
+    ("parallelism", "parallelism"), ("pushed_by", "pushed by"), ("pruned", "pruned"),
 ]
 
 
@@ -65,9 +65,17 @@ def run_ingest(args) -> int:
     return emit(result, args.json, lambda r: print(f"stored run {run_id} ({clean(name)}): {describe(r['headline'])}"))
 
 
+def _commit(tags: dict) -> str | None:
+    """A run's commit tag (``commit=`` or ``sha=``), cut to 12 characters as git prints it."""
+    value = tags.get("commit") or tags.get("sha")
+    return str(value)[:12] if value else None
+
+
 def run_history(args) -> int:
     con = open_catalog(args.db, read_only=True) if args.db or api.catalog_path().exists() else None
     rows = api.runs(con, args.run) if con is not None else []
-    shown = [{**r, "pruned": str(r["pruned_at"])[:10] if r["pruned_at"] else None} for r in rows]
+    shown = [{**r, "pruned": str(r["pruned_at"])[:10] if r["pruned_at"] else None,
+              "created": str(r["created_at"] or "")[:16] or None,  # to the minute, not the microsecond
+              "commit": _commit(r.get("tags") or {})} for r in rows]
     return emit({"runs": rows}, args.json,
                 lambda r: print(table(shown, HISTORY_COLUMNS) if shown else "no runs in the catalog"))

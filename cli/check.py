@@ -86,15 +86,6 @@ def _num(value, unit: str) -> str:
     return "-" if value is None else f"{value:,.3f} {unit}".strip()
 
 
-def change_words(worse_pct) -> str:
-    """A signed change in words: '12.3 % worse', '4.0 % better', 'no change' (never '-4.0 % worse')."""
-    if worse_pct is None:
-        return "change unknown (a zero baseline)"
-    if abs(worse_pct) < 0.05:
-        return "no change"
-    return f"{abs(worse_pct):.1f} % {'worse' if worse_pct > 0 else 'better'}"
-
-
 def _head(v: dict) -> str:
     return {"regression": "REGRESSION", "no_baseline": "PASS (no baseline yet)"}.get(v["status"], "PASS")
 
@@ -110,11 +101,11 @@ def describe(v: dict) -> str:
                 "(the next run of this name is held against it; --strict fails here instead)")
     lines = [f"{_head(v)}: {v['metric']} of run {run['run_id']} ({run['name']}) "
              f"is {_num(v['value'], unit)} against {_num(v['baseline_value'], unit)} in baseline run "
-             f"{base['run_id']}: {change_words(v['worse_pct'])} (bound {v['max_regression_pct']:g} % worse; "
+             f"{base['run_id']}: {gate.change_words(v['worse_pct'])} (bound {v['max_regression_pct']:g} % worse; "
              f"{way} is better)"]
     others = [m for m in v["metrics"] if m["metric"] != v["metric"] and m["verdict"] == "worse"]
     if others:
-        lines.append("also worse: " + ", ".join(f"{m['metric']} {change_words(m['worse_pct'])}" for m in others))
+        lines.append("also worse: " + ", ".join(f"{m['metric']} {gate.change_words(m['worse_pct'])}" for m in others))
     changed = [g for g in v["groups"] if g["change_ms"]]
     if changed:
         lines.append("changed most (mean exposed ms per collective, baseline -> run):")
@@ -143,7 +134,7 @@ def markdown(v: dict) -> str:
         unit = "%" if m["metric"].endswith("_pct") else "ms"
         name = f"**{m['metric']}**" if m["metric"] == v["metric"] else m["metric"]
         lines.append(f"| {name} | {_num(m.get('value'), unit)} | {_num(m.get('baseline_value'), unit)} | "
-                     f"{change_words(m['worse_pct']) if m['verdict'] else '-'} |")
+                     f"{gate.change_words(m['worse_pct']) if m['verdict'] else '-'} |")
     changed = [g for g in v["groups"] if g["change_ms"]]
     if changed:
         lines += ["", "| changed most (mean exposed ms per collective) | baseline | run | change |", "|---|---:|---:|---:|"]

@@ -32,6 +32,6 @@ def run(args) -> int:
               else export_perfetto(args.paths, args.perfetto, workers=args.workers, engine=args.engine,
                                    ray_address=args.ray_address, on_rank=on_rank))
     print(f"wrote {clean(args.perfetto)}: {counts['ranks']} ranks, {counts['events']:,} events, "
-          f"{counts['exposed_slices']:,} exposed-comm slices, {counts['collectives']:,} collectives, "
+          f"{counts['flows']:,} flow events, {counts['exposed_slices']:,} exposed-comm slices, {counts['collectives']:,} collectives, "
           f"{counts['findings']} findings; open it at https://ui.perfetto.dev")
     return 0

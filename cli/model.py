@@ -106,7 +106,23 @@ def _run_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+STAGE_HELP = "sharding stage: ddp, zero1, zero2, zero3 or hsdp (0 to 3 for ddp and zero1 to zero3; fsdp is zero3)"
+
+
+def parse_stage(text: str) -> str:
+    """A stage as users write it: ``3``, ``zero3``, ``ZeRO-3``, ``fsdp`` -> ``zero3``; ``0`` -> ``ddp``."""
+    t = text.strip().lower().replace("-", "").replace("_", "")
+    t = {"0": "ddp", "fsdp": "zero3"}.get(t, t)
+    return f"zero{t}" if t in ("1", "2", "3") else t
+
+
 # --- model comm -------------------------------------------------------------------------
+
+COMM_TIMES = {  # the JSON's keys in words (text output)
+    "comm_ms": "time per step at the bus bandwidth",
+    "intra_ms": "time per step inside the shard groups (--intra-bandwidth)",
+    "inter_ms": "time per step across the groups (--bandwidth)",
+}
 
 
 def _run_comm(args: argparse.Namespace) -> int:
@@ -134,13 +150,21 @@ def _run_comm(args: argparse.Namespace) -> int:
             rows.append((f"  {key}", "", _fmt(payload[f"{key}_gb_per_gpu"])))
     _print_table(f"communication per GPU per step ({payload['stage']}, N={payload['gpus']}, "
                  f"m={payload['accum']})", ("collective", "elements", "GB sent"), rows)
-    for key in ("comm_ms", "intra_ms", "inter_ms"):
+    for key, words in COMM_TIMES.items():
         if key in payload:
-            print(f"{key}: {_fmt(payload[key], 1)}")
+            print(f"{words}: {_fmt(payload[key], 1)} ms")
     return 0
 
 
 # --- model hide ---------------------------------------------------------------------------
+
+HIDE_ROWS = {  # the JSON's keys in words (text output)
+    "stage": "stage",
+    "stage_tokens_to_hide": "tokens to hide ({stage})",
+    "tokens": "tokens per GPU per micro-batch T",
+    "ratio": "comm time / compute time",
+    "verdict": "verdict",
+}
 
 
 def _run_hide(args: argparse.Namespace) -> int:
@@ -156,11 +180,12 @@ def _run_hide(args: argparse.Namespace) -> int:
         _print_json(payload)
         return 0
     n = "N -> infinity" if payload["gpus"] is None else f"N={payload['gpus']}"
-    rows = [("tokens_to_hide (DDP all-reduce)", _fmt(payload["tokens_to_hide"], 0))]
-    for key in ("stage", "stage_tokens_to_hide", "tokens", "ratio", "verdict"):
+    rows = [("tokens to hide (DDP all-reduce)", _fmt(payload["tokens_to_hide"], 0))]
+    for key, words in HIDE_ROWS.items():
         if key in payload:
             value = payload[key]
-            rows.append((key, value if isinstance(value, str) else _fmt(value, 3 if key == "ratio" else 0)))
+            words = words.format(stage=payload.get("stage"))
+            rows.append((words, value if isinstance(value, str) else _fmt(value, 3 if key == "ratio" else 0)))
     _print_table(f"tokens per GPU per micro-batch to hide the communication ({n})",
                  ("quantity", "value"), rows)
     if "reason" in payload:
@@ -191,7 +216,7 @@ def _add_comm(sub) -> None:
                                    "bytes = elements x bytes per element x (N-1)/N.")
     p.add_argument("--params", required=True, help=f"number of parameters Psi ({NUMBER_HELP})")
     p.add_argument("--gpus", required=True, help="data-parallel GPUs N_d")
-    p.add_argument("--stage", required=True, choices=STAGES, help="sharding stage")
+    p.add_argument("--stage", required=True, type=parse_stage, choices=STAGES, metavar="STAGE", help=STAGE_HELP)
     p.add_argument("--accum", default="1", help="micro-batches per optimizer step m (default 1)")
     p.add_argument("--group", help="HSDP shard group size G (required for hsdp)")
     p.add_argument("--grad-bytes", default="2", help="bytes per gradient element in reductions (default 2: bf16; 4: fp32)")
@@ -213,8 +238,9 @@ def _add_hide(sub) -> None:
     p.add_argument("--gpus", help="data-parallel GPUs N_d (default: the large-N limit)")
     p.add_argument("--grad-bytes", default="2", help="bytes per gradient element (default 2: bf16; 4: fp32)")
     p.add_argument("--tokens", help="tokens per GPU per micro-batch T: adds ratio and verdict")
-    p.add_argument("--stage", choices=[s for s in STAGES if s != "hsdp"],
-                   help="stage for stage_tokens_to_hide and the verdict (default ddp)")
+    p.add_argument("--stage", type=parse_stage, choices=[s for s in STAGES if s != "hsdp"], metavar="STAGE",
+                   help="the stage of the tokens to hide and the verdict (default ddp): " + STAGE_HELP.split(": ", 1)[1]
+                        .replace(" or hsdp", ""))
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run_hide)
 

@@ -61,10 +61,18 @@ def say(text: str = "", indent: str = "  ") -> None:
     print(textwrap.fill(text, width=DISPLAY.width, subsequent_indent=indent) if text else "")
 
 
-def _render(cells: list[list[str]], headers: list[str]) -> list[str]:
+def _render(cells: list[list[str]], headers: list[str], text: list[bool]) -> list[str]:
+    """Text columns left-aligned, numbers right-aligned (their header with them)."""
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
-    return lines + ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+
+    def line(values) -> str:
+        return "  ".join(v.ljust(w) if t else v.rjust(w) for v, w, t in zip(values, widths, text)).rstrip()
+    return [line(headers), "  ".join("-" * w for w in widths)] + [line(row) for row in cells]
+
+
+def _is_text(values: list) -> bool:
+    """A column of text: some value is neither a number nor missing."""
+    return any(v is not None and not isinstance(v, (int, float)) for v in values)
 
 
 def table(rows: list[dict], columns: list[tuple[str, str]], rank_by: str | None = None,
@@ -85,14 +93,20 @@ def table(rows: list[dict], columns: list[tuple[str, str]], rank_by: str | None 
             notes.append(f"({len(rows) - top} more {what} not shown; --top 0 shows all)")
     else:
         shown = rows
+    # a column with no value in any row says nothing: left out, and named
+    empty = [h for k, h in columns if rows and all(r.get(k) is None for r in rows)]
+    columns = [(k, h) for k, h in columns if h not in empty] or columns[:1]
     cells = [[_cell(r.get(k)) for k, _ in columns] for r in shown]
     headers = [h for _, h in columns]
-    lines = _render(cells, headers)
+    text = [_is_text([r.get(k) for r in shown]) for k, _ in columns]
+    lines = _render(cells, headers, text)
     dropped = []
     while not DISPLAY.wide and len(headers) > 2 and max(len(line) for line in lines) > DISPLAY.width:
         dropped.insert(0, headers.pop())
         cells = [c[:len(headers)] for c in cells]
-        lines = _render(cells, headers)
+        lines = _render(cells, headers, text)
     if dropped:
         notes.append(f"({', '.join(dropped)} left out to fit {DISPLAY.width} columns; --wide shows them)")
+    if empty:
+        notes.append(f"({', '.join(empty)}: no value in any row, left out)")
     return "\n".join(lines + notes)

@@ -68,6 +68,17 @@ def _fig(name: str, f: dict | None, extra: str = "") -> dict:
     return {"figure": name + extra, **(f or {})}
 
 
+def _print_sweep(s: dict) -> None:
+    print()
+    say(f"sweep over --{s['name']} (measured step {s['measured']['step_ms']:.2f} ms, "
+        f"replayed {s['replayed']['step_ms']:.2f} ms)" if s.get("replayed") else
+        f"sweep over --{s['name']} (measured step {s['measured']['step_ms']:.2f} ms)")
+    rows = [{"value": pt["value"], **pt["predicted"], "model_step_ms": (pt["model"] or {}).get("step_ms"),
+             "peak_gb": ((pt["memory"] or {}).get("predicted_peak_bytes") or 0) / 1e9 or None,
+             "fits": (pt["memory"] or {}).get("fits")} for pt in s["points"] if pt["predicted"]]
+    print(table(rows, SWEEP_COLUMNS))
+
+
 def _print_text(result: dict) -> None:
     run = result["run"]
     say(f"run: {clean(run['name'])} (world size {run['world_size']}, {run['parallelism'] or 'parallelism from the trace'})")
@@ -75,6 +86,12 @@ def _print_text(result: dict) -> None:
     for line in result["warnings"]:
         say(f"note: {clean(line)}")
     if result["measured"] is None:
+        return
+    if result.get("sweep") and result["label"] == "no change":
+        # a sweep alone: its table is the answer (the no-change block would only repeat the measured step)
+        _print_sweep(result["sweep"])
+        print()
+        say("assumes: " + "; ".join(result["assumptions"]))
         return
     print()
     r, p = result["replayed"], result["predicted"]
@@ -96,13 +113,7 @@ def _print_text(result: dict) -> None:
         say(f"collectives of rank {c['rank']} step {c['step']} as predicted")
         print(table(result["collectives"], COLLECTIVE_COLUMNS, rank_by="exposed_ms", what="collectives"))
     if result.get("sweep"):
-        s = result["sweep"]
-        print()
-        say(f"sweep over --{s['name']} (measured step {s['measured']['step_ms']:.2f} ms)")
-        rows = [{"value": pt["value"], **pt["predicted"], "model_step_ms": (pt["model"] or {}).get("step_ms"),
-                 "peak_gb": ((pt["memory"] or {}).get("predicted_peak_bytes") or 0) / 1e9 or None,
-                 "fits": (pt["memory"] or {}).get("fits")} for pt in s["points"] if pt["predicted"]]
-        print(table(rows, SWEEP_COLUMNS))
+        _print_sweep(result["sweep"])
     print()
     say("assumes: " + "; ".join(result["assumptions"]))
 

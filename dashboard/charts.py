@@ -46,17 +46,26 @@ BREAKDOWN_PARTS = {"compute_ms": ("compute", COMPUTE), "exposed_comm_ms": ("expo
                    "other_ms": ("other (memcpy only)", MEMCPY), "idle_ms": ("idle", IDLE)}
 
 
+WHOLE_RANK_AXIS = 32  # up to this many ranks, every rank is labelled (upright beyond 16)
+
+
 def step_breakdown(rank_rows: list[dict], highlight_rank: int | None = None) -> alt.Chart:
-    """Per rank, the mean step split into compute, exposed comm, other and idle (stacked);
-    the highlighted (slowest) rank is outlined. Tooltips add comm, hidden comm and overlap %."""
+    """Per rank, its median step (the headline's aggregation) split into compute, exposed comm,
+    other and idle (stacked); the highlighted rank (the headline's) is outlined. Tooltips add comm, hidden comm and overlap %."""
     labels = {key: label for key, (label, _) in BREAKDOWN_PARTS.items()}
     long = [{**r, "slowest": r["rank"] == highlight_rank} for r in _long(rank_rows, labels, "part", "ms")]
     long = _frame(long, ["rank", "part", "ms", "slowest", "comm_ms", "hidden_comm_ms", "step_ms", "overlap_pct"])
     parts = list(labels.values())
-    many = len({r["rank"] for r in rank_rows}) > 16  # beyond 16 ranks the labels stand upright
+    ranks = sorted({r["rank"] for r in rank_rows})
+    # every rank a bar; up to WHOLE_RANK_AXIS ranks every rank labelled (upright beyond 16), past it
+    # every k-th, at most 16 labels: the others are read from the tooltip
+    every = max(1, -(-len(ranks) // 16)) if len(ranks) > WHOLE_RANK_AXIS else 1
+    x = {"x": alt.X("rank:O", title="rank" if every == 1 else f"rank (every {every}th labelled)",
+                    axis=alt.Axis(labelAngle=-90 if 16 < len(ranks) <= WHOLE_RANK_AXIS else 0, labelOverlap=False,
+                                  values=ranks[::every] if every > 1 else alt.Undefined))}
     return alt.Chart(long).mark_bar().encode(
-        x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=-90 if many else 0, labelOverlap=False)),
-        y=alt.Y("ms:Q", title="mean step (ms)", stack="zero"),
+        **x,
+        y=alt.Y("ms:Q", title="median step (ms)", stack="zero"),
         color=alt.Color("part:N", title=None, sort=parts,
                         scale=alt.Scale(domain=parts, range=[c for _, c in BREAKDOWN_PARTS.values()])),
         order=alt.Order("part_order:Q"),
@@ -146,6 +155,9 @@ def timeline(tl: dict) -> alt.LayerChart:
 # --- buckets and units -------------------------------------------------------------
 
 
+ROW_PX = 26  # a bar of a bucket or unit and its label (11 px text, with room above and below)
+
+
 def exposed_hidden(groups: list[dict]) -> alt.Chart:
     """Per bucket/unit/phase: mean exposed (vermillion) and hidden (sky blue) comm per step."""
     keep = ("group", "comm_ms", "bytes", "count", "busbw_gbps", "exposed_ms", "hidden_ms")
@@ -159,7 +171,7 @@ def exposed_hidden(groups: list[dict]) -> alt.Chart:
         tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("comm_ms:Q", format=".3f"),
                  alt.Tooltip("bytes:Q", format=","), alt.Tooltip("count:Q", title="collectives"),
                  alt.Tooltip("busbw_gbps:Q", title="bus bandwidth (GB/s)", format=".3f")],
-    ).properties(usermeta=SVG, height=max(120, 22 * len(order)))
+    ).properties(usermeta=SVG, height=max(120, ROW_PX * len(order)))
 
 
 def bus_bandwidth(groups: list[dict], measured_gbps: float | None = None) -> alt.Chart:
@@ -174,10 +186,11 @@ def bus_bandwidth(groups: list[dict], measured_gbps: float | None = None) -> alt
     if measured_gbps:
         level = _frame([{"w": measured_gbps, "label": f"run's W = {measured_gbps:.3g} GB/s"}])
         rule = alt.Chart(level).mark_rule(color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="w:Q", tooltip=["label:N"])
-        text = alt.Chart(level).mark_text(align="left", baseline="top", dx=4, y=2, color=HIGHLIGHT).encode(
+        # the label left of the line, inside the frame: W is often the largest value, at the right edge
+        text = alt.Chart(level).mark_text(align="right", baseline="top", dx=-4, y=2, color=HIGHLIGHT).encode(
             x="w:Q", text="label:N")
         chart = bars + rule + text
-    return chart.properties(usermeta=SVG, height=max(120, 22 * max(1, len(df))))
+    return chart.properties(usermeta=SVG, height=max(120, ROW_PX * max(1, len(df))))
 
 
 def predicted_vs_measured(groups: list[dict]) -> alt.Chart:
@@ -194,7 +207,7 @@ def predicted_vs_measured(groups: list[dict]) -> alt.Chart:
         x=alt.X("ms:Q", title="ms per collective"),
         color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(fields.values()), range=colors)),
         tooltip=["group:N", "what:N", alt.Tooltip("ms:Q", format=".3f")],
-    ).properties(usermeta=SVG, height=max(160, 44 * len(df)))
+    ).properties(usermeta=SVG, height=max(160, 72 * len(df)))  # four bars of 16 px a group, and a gap
 
 
 # --- model -------------------------------------------------------------------------
@@ -221,11 +234,13 @@ def hide_ratio(curve: list[dict], t_hide: float, points: list[dict],
         align="left", dx=6, dy=-8, color=HIGHLIGHT).encode(x="tokens:Q", y="ratio:Q", text="label:N")
     layers = [line, one, one_label, at, label]
     if measured_ratio is not None and not points:
-        level = _frame([{"ratio": measured_ratio, "tokens": one_row["tokens"][0],
+        # its label at the right end, above the level: the ratio-1 label sits at the left end, below its
+        # line, and a measured ratio near 1 would put the two on top of each other
+        level = _frame([{"ratio": measured_ratio, "tokens": df["tokens"].max() if len(df) else t_hide,
                          "label": f"measured {measured_ratio:.3g} (T unknown)"}])
         layers.append(alt.Chart(level).mark_rule(color=MEMCPY, strokeDash=[2, 2]).encode(y="ratio:Q",
                                                                                        tooltip=["label:N"]))
-        layers.append(alt.Chart(level).mark_text(align="left", baseline="bottom", dx=4, dy=-3, color=MEMCPY).encode(
+        layers.append(alt.Chart(level).mark_text(align="right", baseline="bottom", dx=-4, dy=-3, color=MEMCPY).encode(
             x="tokens:Q", y="ratio:Q", text="label:N"))
     if points:
         layers.append(alt.Chart(_frame(points)).mark_point(size=120, filled=True).encode(
@@ -323,7 +338,8 @@ def history(rows: list[dict], metric: str, title: str) -> alt.LayerChart:
     a black triangle. Tooltips name the run, its tags and who pushed it. Drawn as SVG."""
     df = _frame([{**r, "stored": r["created_at"], "created_at": f"{r['created_at']}Z".replace(" ", "T")}
                  for r in rows],
-                ["run_id", "name", "created_at", "stored", "value", "tags", "pushed_by", "regression", "worse_pct"])
+                ["run_id", "name", "created_at", "stored", "value", "commit", "tags", "pushed_by", "regression",
+                 "worse_pct"])
     names = list(dict.fromkeys(r["name"] for r in rows))
     x = alt.X("created_at:T", title="stored (UTC)", scale=alt.Scale(type="utc"),
               axis=alt.Axis(format="%b %d %H:%M", labelOverlap=True))
@@ -333,7 +349,7 @@ def history(rows: list[dict], metric: str, title: str) -> alt.LayerChart:
                       legend=alt.Legend(orient="bottom", columns=min(3, max(1, len(names))), labelLimit=0))
     tooltip = [alt.Tooltip("name:N"), alt.Tooltip("run_id:O", title="run"),
                alt.Tooltip("stored:N", title="stored (UTC)"), alt.Tooltip("value:Q", title=metric, format=".3f"),
-               alt.Tooltip("tags:N"), alt.Tooltip("pushed_by:N", title="pushed by"),
+               alt.Tooltip("commit:N"), alt.Tooltip("tags:N"), alt.Tooltip("pushed_by:N", title="pushed by"),
                alt.Tooltip("worse_pct:Q", title="worse than the previous run (%)", format=".1f")]
     base = alt.Chart(df)
     lines = base.mark_line(strokeWidth=2).encode(x=x, y=y, color=color)

@@ -10,7 +10,7 @@ import shlex
 import statistics
 from collections import defaultdict
 
-from overlapscope.analyzer import api
+from overlapscope.analyzer import api, headline
 from overlapscope.analyzer.checklist.findings import STATUS_ORDER
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.model import hide, memory
@@ -31,24 +31,20 @@ def _mean(values) -> float | None:
 # --- overview ----------------------------------------------------------------------
 
 
-def rank_means(steps: list[dict]) -> list[dict]:
-    """Per rank, the mean step: compute, comm, exposed and hidden comm, idle, overlap %."""
-    by_rank: dict[int, list[dict]] = defaultdict(list)
+def rank_medians(steps: list[dict]) -> list[dict]:
+    """Per rank, its median step as the headline takes it (analyzer/headline.py: each figure's
+    median over the rank's steps): compute, comm, exposed and hidden comm, idle, other,
+    overlap %."""
+    per_rank = headline.rank_medians(steps, (*headline.FIGURES, "other_ms"))
+    counts: dict[int, int] = defaultdict(int)
     for s in steps:
-        by_rank[s["rank"]].append(s)
+        counts[s["rank"]] += 1
     out = []
-    for rank, items in sorted(by_rank.items()):
-        comm, exposed = _mean(i["comm_ms"] for i in items), _mean(i["exposed_comm_ms"] for i in items)
-        out.append({
-            "rank": rank, "steps": len(items),
-            "step_ms": _mean(i["step_ms"] for i in items),
-            "compute_ms": _mean(i["compute_ms"] for i in items),
-            "comm_ms": comm, "exposed_comm_ms": exposed,
-            "hidden_comm_ms": None if comm is None or exposed is None else comm - exposed,
-            "idle_ms": _mean(i["idle_ms"] for i in items),
-            "other_ms": _mean(i.get("other_ms") for i in items),
-            "overlap_pct": figures.overlap_pct(comm, exposed),
-        })
+    for rank, m in sorted(per_rank.items()):
+        comm, exposed = m["comm_ms"], m["exposed_comm_ms"]
+        out.append({**m, "rank": rank, "steps": counts[rank],
+                    "hidden_comm_ms": None if comm is None or exposed is None else max(0.0, comm - exposed),
+                    "overlap_pct": figures.overlap_pct(comm, exposed)})
     return out
 
 
@@ -232,11 +228,24 @@ def history_rows(runs: list[dict], metric: str, regressions: dict[int, float | N
     for r in sorted(runs, key=lambda r: r["run_id"]):
         tags = r.get("tags") or {}
         rows.append({"run_id": r["run_id"], "name": r["name"], "created_at": str(r["created_at"] or "")[:19],
+                     "commit": tags.get("commit") or tags.get("sha") or "–",
                      "value": (r.get("headline") or {}).get(metric),
                      "tags": ", ".join(f"{k}={v}" for k, v in sorted(tags.items())) or "–",
                      "pushed_by": r.get("pushed_by") or "–", "pruned": bool(r.get("pruned_at")),
                      "regression": r["run_id"] in regressions, "worse_pct": regressions.get(r["run_id"])})
     return rows
+
+
+HISTORY_NAMES_SHOWN = 5  # lines in the History chart before the user picks others
+HISTORY_TABLE_ROWS = 200  # the newest runs listed under it
+
+
+def names_by_recency(runs: list[dict]) -> list[str]:
+    """Run names, the most recently stored first (by their newest run's id)."""
+    newest: dict[str, int] = {}
+    for r in runs:
+        newest[r["name"]] = max(newest.get(r["name"], r["run_id"]), r["run_id"])
+    return sorted(newest, key=lambda n: -newest[n])
 
 
 def history_names(rows: list[dict]) -> list[dict]:
@@ -350,9 +359,8 @@ SIDE_BY_SIDE_TABLE = {  # Compare: every headline metric of both runs
     "baseline_value": ("run A", 2, "Run A's figure. –: not measured (no comm, no steps)."),
     "value": ("run B", 2, "Run B's figure. –: not measured (no comm, no steps)."),
     "change": ("B − A", 2, "Run B's figure minus run A's. –: one of them has none."),
-    "worse_pct": ("B worse by (%)", 1, "How much worse B is than A, in % of A; negative: better. "
-                  "–: one has none, or A's is 0."),
-    "verdict": ("B is", None, "better, worse or the same, for this metric's direction. –: one has none."),
+    "change_words": ("B against A", None, "How much better or worse B is than A, in % of A, for this metric's "
+                     "direction (lower step and exposed comm is better, higher overlap). –: one has none."),
 }
 COMPARE_GROUP_TABLE = {  # Compare: buckets and units that changed most
     "label": ("bucket or unit · phase", None, "The DDP bucket, FSDP unit or other collective, and its phase."),
@@ -392,6 +400,19 @@ def history_name_table(metric_label: str) -> dict:
             "latest_run": ("latest run", 0, "The id of the newest run of this name."),
             "latest": (f"latest {metric_label}", 2, "The newest run's figure. –: it has none (no comm, no steps)."),
             "regressions": ("regressions", 0, "Runs worse than the run before them by more than the bound.")}
+
+
+def history_run_table(metric_label: str) -> dict:
+    """History's table of runs, newest first."""
+    return {"run_id": ("run", 0, "The run's id (click a point in the chart, or pick it in the sidebar, to open it)."),
+            "name": ("run name", None, "The run's name."),
+            "created_at": ("stored (UTC)", None, "When the run was stored."),
+            "value": (metric_label, 2, "The run's figure. –: it has none (no comm, no steps)."),
+            "worse_pct": ("worse by (%)", 1, "Worse than the previous run of its name by more than the bound, "
+                          "in % of that run's figure. –: not a regression."),
+            "commit": ("commit", None, "The run's commit tag (commit=... or sha=...). –: none."),
+            "tags": ("tags", None, "The run's tags. –: none."),
+            "pushed_by": ("pushed by", None, "The API token's name that pushed it. –: stored locally.")}
 
 
 def regression_table(metric_label: str) -> dict:

@@ -46,7 +46,7 @@ from overlapscope.analyzer import api as library, gate, runs, tempdirs
 from overlapscope.analyzer.ingest import limits, memory
 from overlapscope.analyzer.runs import apart
 from overlapscope.analyzer.errors import CatalogBusy, InputError, RunNotFound, UsageError
-from overlapscope.server import auth, uploads
+from overlapscope.server import audit, auth, uploads
 from overlapscope.server.settings import Settings
 from overlapscope.contract import api as c
 from overlapscope.contract.api import PREFIX
@@ -320,26 +320,34 @@ class Api:
 
     async def push(self, request: Request) -> Response:
         started = time.monotonic()
+        client = request.client.host if request.client else None
+        name = request.query_params.get("name")
+
+        def refuse(response: Response, who: str | None = None) -> Response:
+            reason = msgspec.json.decode(response.body).get("error") if response.body else None
+            audit.record("refuse", "api", client, by=who, name=name, status=response.status_code, reason=reason)
+            return response
+
         who, refused = self._who(request)
         if refused is not None:
-            return refused
+            return refuse(refused)
         if not (request.query_params.get("name") or "").strip():
-            return _error(400, f"give the run a name: POST {PREFIX}{c.RUNS}?name=NAME")
+            return refuse(_error(400, f"give the run a name: POST {PREFIX}{c.RUNS}?name=NAME"), who)
         try:
             name = library.check_run_name(request.query_params.get("name"))
             tags = library.check_tags(parse_tags(request.query_params.getlist("tag")))
             key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
         except UsageError as err:
-            return _error(400, str(err))
+            return refuse(_error(400, str(err)), who)
         folder = Path(tempdirs.make("push"))
         try:
             path = await self._spool(request, folder)  # the whole body, even for a repeated key:
             if isinstance(path, Response):  # a client still sending would see its connection reset
-                return path
+                return refuse(path, who)
             if key is not None:  # a repeat (its answer was lost): no decode
                 found = await asyncio.wrap_future(self._reads.submit(self._read_now, self._keyed(key, who)))
                 if found is not None:
-                    _log(f"a repeated push of {name!r} by {who} answered with run {found['run_id']}")
+                    audit.record("repeat", "api", client, by=who, run_id=found["run_id"], name=name)
                     return repeated(found, name, tags)
             decoding = self._decodes.submit(self._prepare, path)
             try:
@@ -354,21 +362,22 @@ class Api:
             return _stopping("the push may have been stored: push again with the same Idempotency-Key "
                              "(overlapscope push does) to get its run")
         except InputError as err:
-            return _error(400, uploads.display_error(err, folder))
+            return refuse(_error(400, uploads.display_error(err, folder)), who)
         except CatalogBusy as err:
-            return _busy(err)
+            return refuse(_busy(err), who)
         except UsageError as err:
-            return _error(400, str(err))
+            return refuse(_error(400, str(err)), who)
         except Exception as err:  # one line to the client; the traceback stays in the server's log
             _log(f"a push of {name!r} failed:\n{traceback.format_exc()}")
-            return _error(500, f"internal error ({type(err).__name__}): the server's log has the details")
+            return refuse(_error(500, f"internal error ({type(err).__name__}): the server's log has the details"), who)
         finally:
             tempdirs.remove(str(folder))
             memory.release_freed()  # what the spooled body's buffers left (the decode ran in a child: runs/apart.py)
         if not created:  # two pushes with one key were in flight at once: the first stored it
-            _log(f"a repeated push of {name!r} by {who} answered with run {row['run_id']}")
+            audit.record("repeat", "api", client, by=who, run_id=row["run_id"], name=name)
             return repeated(row, name, tags)
-        _log(f"stored run {row['run_id']} ({name}) pushed by {who} in {time.monotonic() - started:.2f} s")
+        audit.record("store", "api", client, by=who, run_id=row["run_id"], name=name,
+                     seconds=round(time.monotonic() - started, 2))
         return pushed(row, 201)
 
     @staticmethod

@@ -78,11 +78,16 @@ def check_form(name: str, tag_text: str) -> tuple[str, dict]:
 
 
 def default_run_name(names: list[str]) -> str:
-    """A run name from the uploaded file names: their common stem, else the first one's
-    (made a valid run name: printable, no leading '#', not too long)."""
+    """A run name from the uploaded file names: their common stem (a zip's name, or the traces'
+    prefix such as ``llama`` of ``llama-rank-<r>.json.gz``), else the first one's, and for files
+    named only by their rank ``upload-<UTC date>-<time>`` (made a valid run name: printable, no
+    leading '#', not too long)."""
     stems = [re.sub(r"(\.pt)?\.trace|\.json|\.gz|\.zip", "", os.path.basename(n)) for n in names]
     common = os.path.commonprefix(stems).rstrip("-_.") if stems else ""
     common = re.sub(r"[-_.]?(rank|worker)$", "", common, flags=re.IGNORECASE)
+    if not common and all(re.fullmatch(r"(rank|worker)?[-_.]?\d+", st, flags=re.IGNORECASE) for st in stems):
+        # files that say nothing but their rank (rank-0.pt.trace.json.gz, ...): a name by the time
+        return time.strftime("upload-%Y%m%d-%H%M", time.gmtime())
     name = "".join(ch if ch.isprintable() else "_" for ch in (common or (stems[0] if stems else ""))).lstrip("# ")
     return name[:api.max_run_name_chars()].strip() or "upload"
 

@@ -236,16 +236,16 @@ def test_every_module_is_named_in_its_packages_row():
     assert missing == []
 
 
-def test_the_readme_names_every_package_bottom_layer_first():
-    """The README's Development section: a line per package, by its folder (or file), each
-    after every package the map lets it import."""
-    section = (ROOT / "README.md").read_text().split("## Development", 1)[1]
+def test_the_development_page_names_every_package_bottom_layer_first():
+    """docs/development.md: a line per package, by its folder (or file), each after every
+    package the map lets it import."""
+    section = (ROOT / "docs" / "development.md").read_text()
     starts = [line.split()[0] for line in section.split("```")[1].splitlines() if line and not line[0].isspace()]
     position = {}
     for package in LAYERS:
         home = _path_of(package)
         name = str(home.relative_to(ROOT)) + ("/" if home.is_dir() else "")
-        assert name in starts, f"the README's Development section does not name {name}"
+        assert name in starts, f"docs/development.md does not name {name}"
         position[package] = starts.index(name)
     late = [(p, m) for p, row in LAYERS.items() for m in row["may"] if position[m] > position[p]]
     assert late == [], "listed before a package it may import: " + str(late)

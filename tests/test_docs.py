@@ -1,4 +1,6 @@
-"""Every command, option and setting is documented in the README (a test per feature)."""
+"""Every command, option, setting, rule id and JSON key is documented (a test per
+feature): the README is the short tour, ``docs/`` the reference, and together they
+name everything a user can type or read."""
 
 from __future__ import annotations
 
@@ -8,8 +10,11 @@ from overlapscope.cli import _build_parser
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
-# The JSON contract has a page of its own; the README points to it.
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+# what a user can read: the README and every page of docs/ (the reference moved there)
+DOCS = "\n".join([README, *(p.read_text() for p in PAGES)])
 JSON_DOC = (ROOT / "docs" / "json.md").read_text()
+README_MAX_LINES = 250
 
 
 def _commands(parser, prefix=""):
@@ -22,28 +27,29 @@ def _commands(parser, prefix=""):
             yield prefix + name, sp
 
 
-def test_every_command_and_option_is_in_the_readme():
+def test_every_command_and_option_is_documented():
+    commands = (ROOT / "docs" / "commands.md").read_text()
     for name, parser in _commands(_build_parser()):
-        assert f"overlapscope {name}" in README, name
+        assert f"overlapscope {name}" in commands, name  # each command has its line in the reference
         for action in parser._actions:
             for opt in action.option_strings:
                 if opt.startswith("--") and opt != "--help":
-                    assert opt in README, f"{name} {opt}"
+                    assert opt in DOCS, f"{name} {opt}"
 
 
-def test_every_setting_is_in_the_readme():
+def test_every_setting_is_documented():
     code = "\n".join(p.read_text() for folder in ("analyzer", "cli", "contract", "dashboard", "tracer")
                      for p in (ROOT / folder).rglob("*.py"))
     for setting in set(re.findall(r"OVERLAPSCOPE_[A-Z_]+", code)):
-        assert setting in README, setting
+        assert setting in DOCS, setting
 
 
-def test_every_rule_id_is_in_the_readme():
+def test_every_rule_id_is_documented():
     from overlapscope.analyzer.checklist import RULES
 
     assert len(RULES) == 17
     for rule_id in RULES:
-        assert f"`{rule_id}`" in README, rule_id
+        assert f"`{rule_id}`" in (ROOT / "docs" / "checklist.md").read_text(), rule_id
 
 
 def _keys(value, out: set) -> set:
@@ -59,14 +65,14 @@ def _keys(value, out: set) -> set:
 
 
 def documented_gaps(value, own=("k",)) -> list[str]:
-    """The keys of a JSON value that neither the README nor docs/json.md names (``own``: the
+    """The keys of a JSON value that docs/json.md does not name (``own``: the
     user's own tag keys)."""
-    return sorted(k for k in _keys(value, set()) - set(own) if f"`{k}`" not in README + JSON_DOC)
+    return sorted(k for k in _keys(value, set()) - set(own) if f"`{k}`" not in JSON_DOC)
 
 
-def test_every_json_key_is_in_the_readme(tmp_path, capsys, monkeypatch):
+def test_every_json_key_is_documented(tmp_path, capsys, monkeypatch):
     """Each key that analyze, buckets, diagnose, ingest, history, check, prune, delete and model print with --json
-    is named in the README or docs/json.md (users' scripts read them: a key nobody
+    is named in docs/json.md (users' scripts read them: a key nobody
     documented is a key nobody can rely on)."""
     import json
 
@@ -124,3 +130,36 @@ def test_each_command_parses_alone_as_in_the_whole_parser():
     for name, parser in whole.items():
         (alone,) = [p for n, p in _commands(_build_parser(name.split()[0])) if n == name]
         assert sorted(a.dest for a in alone._actions) == sorted(a.dest for a in parser._actions), name
+
+
+def test_the_readme_is_a_short_tour_that_links_to_the_reference():
+    """At most 250 lines (a newcomer reads it in five minutes), its two commands and the
+    screenshot first, and every relative link of the README and of docs/ resolves: a file
+    that exists, and where a link names a section, a heading of that file."""
+    lines = README.splitlines()
+    assert len(lines) <= README_MAX_LINES, len(lines)
+    assert "make run" in README and "make test" in README
+    broken = []
+    for page in [ROOT / "README.md", *PAGES]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.name}: {target}")
+            elif anchor and file.suffix == ".md" and anchor not in _anchors(file.read_text()):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert broken == [], broken
+    for page in PAGES:  # every page of the reference is linked from the README
+        assert f"docs/{page.name}" in README, page.name
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as -."""
+    out = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            text = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"\s", "-", re.sub(r"[^\w\- ]", "", text)))
+    return out

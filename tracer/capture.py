@@ -90,6 +90,7 @@ class Capture:
         self.state = "armed" if config.armed else "waiting"  # -> profiling -> waiting/done
         self.handled_trigger_ns = 0  # the command removed a trigger left from an earlier job
         self.session: _Session | None = None
+        self._group, self._seen = None, None  # the poll's process group and tensor (_poll)
 
     # the optimizer's hooks ------------------------------------------------------------
 
@@ -126,9 +127,18 @@ class Capture:
         file system reaches the ranks at different moments), agreed by a collective, so that
         every rank decides alike (the steps too: a second trigger may land between two reads)."""
         folder = Path(self.config.out)
-        seen = torch.tensor([_trigger_ns(folder), _trigger_steps(folder) or 0], dtype=torch.int64,
-                            device=_collective_device())
-        dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+        # the poll's collective on a gloo group of its own (made at the first poll, which every rank
+        # reaches at the same step), on one CPU tensor kept for the life of the process. On the job's
+        # group, the job's next barrier holds the poll's work; when that barrier is freed by gloo's
+        # thread while the main thread, holding the GIL, joins it in destroy_process_group, the
+        # rank hangs at exit (seen 1 time in 6 on 2 busy cores: the work's state holds a Python
+        # object, and freeing it needs the GIL)
+        if self._group is None:
+            self._group = dist.new_group(backend="gloo")
+            self._seen = torch.zeros(2, dtype=torch.int64)
+        seen = self._seen
+        seen[0], seen[1] = _trigger_ns(folder), _trigger_steps(folder) or 0
+        dist.all_reduce(seen, op=dist.ReduceOp.MAX, group=self._group)
         newest_ns, steps = (int(v) for v in seen.tolist())
         if newest_ns > self.handled_trigger_ns:
             self.handled_trigger_ns = newest_ns
@@ -321,12 +331,6 @@ def _find_model() -> nn.Module | None:
     inner = {id(sub) for m in sharded for sub in m.modules() if sub is not m}
     roots = [m for m in sharded if id(m) not in inner]
     return max(roots, key=lambda m: sum(p.numel() for p in m.parameters())) if roots else None
-
-
-def _collective_device() -> torch.device:
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def _trigger_ns(folder: Path) -> int:

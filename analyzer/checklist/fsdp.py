@@ -124,7 +124,7 @@ def _reshard(ctx: CheckContext) -> str:
                         "gathered weights."))
 
 
-@rule("reshard_after_forward", "reshard_after_forward against the memory headroom", "Nothing to do.")
+@rule("reshard_after_forward", "Resharding after forward against the memory headroom", "Nothing to do.")
 def reshard_after_forward(ctx: CheckContext) -> Result:
     rows = _units(ctx)
     if not rows:

@@ -65,10 +65,11 @@ def _decoded_rank(source, limits):
         sql.setup(con, "intervals")
         con.register("_ev", data.events)
         con.register("_tr", data.tracks)
-        con.execute(sql.query("export.load_events"), {"run_id": RUN_ID, "rank": rank})
-        con.execute(sql.query("export.load_tracks"), {"run_id": RUN_ID, "rank": rank})
-        con.unregister("_ev")
-        con.unregister("_tr")
+        con.register("_fl", data.flows)
+        for table in ("events", "tracks", "flows"):
+            con.execute(sql.query(f"export.load_{table}"), {"run_id": RUN_ID, "rank": rank})
+        for name in ("_ev", "_tr", "_fl"):
+            con.unregister(name)
         return con, RUN_ID, rank
     return open_store
 
@@ -85,6 +86,11 @@ def _stored_rank(run_dir, rank: int):
             if not found:
                 raise UsageError(f"rank {rank}: its raw {table} are not in the run store")
             con.execute(sql.query(f"export.stored_{table}"), {"run_id": RUN_ID, "files": found})
+        flows = runstore.raw_files(run_dir, "flows", [rank])
+        if flows:
+            con.execute(sql.query("export.stored_flows"), {"run_id": RUN_ID, "files": flows})
+        else:
+            con.execute(sql.query("export.no_flows"))
         return con, RUN_ID, rank
     return open_store
 

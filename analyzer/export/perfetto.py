@@ -97,7 +97,7 @@ def write(out_path: str, ranks: list, meta: dict, offsets: dict[int, int], windo
     starts = [w[1] + offsets.get(r, 0) for r, ws in windows.items() for w in ws]
     zero_ns = min(starts) if starts else 0
     tmp = path.with_name(path.name + f".part-{os.getpid()}")
-    counts = {"ranks": 0, "events": 0, "exposed_slices": 0, "collectives": 0, "findings": 0}
+    counts = {"ranks": 0, "events": 0, "flows": 0, "exposed_slices": 0, "collectives": 0, "findings": 0}
     header = {"format": FORMAT, "version": version(), "zero_ns": zero_ns, "run": meta["run"],
               "ranks": meta["ranks"], "manifest": meta.get("manifest")}
     opener = gzip.open if path.name.endswith(".gz") else open
@@ -130,6 +130,10 @@ def write(out_path: str, ranks: list, meta: dict, offsets: dict[int, int], windo
                     cur = con.execute(sql.query("export.event_lines"), params)
                     while batch := cur.fetchmany(50_000):
                         counts["events"] += len(batch)
+                        emit(row[0] for row in batch)
+                    cur = con.execute(sql.query("export.flow_lines"), params)
+                    while batch := cur.fetchmany(50_000):
+                        counts["flows"] += len(batch)
                         emit(row[0] for row in batch)
                     exposed = con.execute(sql.query("export.exposed")).fetchall()
                 finally:

@@ -110,6 +110,38 @@ def lane_label(rank: int, track: str, nccl: bool = False) -> str:
     return f"r{rank} · {track}" + (" (NCCL)" if nccl else "")
 
 
+def thread_name(lane: dict) -> str:
+    """A CPU lane named for what its thread does, not by its id: the process's main thread
+    (tid = pid), PyTorch's autograd threads, the comm backend's threads (gloo's runloops);
+    other threads keep the profiler's name. GPU streams keep theirs ("stream 7")."""
+    name = lane["track"] or ""
+    if lane["track_kind"] == "comm_thread":  # the threads the comm backend runs its transfers on
+        return "comm thread"
+    if lane["track_kind"] != "cpu_thread":
+        return name
+    if lane.get("tid") is not None and lane.get("tid") == lane.get("pid"):
+        return "main thread"
+    if "pt_autograd" in name:
+        return "autograd thread"
+    return name
+
+
+def _lane_labels(lanes: list[dict]) -> dict:
+    """Each lane's label, unique within its rank (two threads of one role get their tid)."""
+    names = {(r["rank"], r["track_id"]): thread_name(r) for r in lanes}
+    seen: dict[tuple, int] = {}
+    for (rank, _), name in names.items():
+        seen[(rank, name)] = seen.get((rank, name), 0) + 1
+    out = {}
+    for r in lanes:
+        key = (r["rank"], r["track_id"])
+        name = names[key]
+        if seen[(r["rank"], name)] > 1 and r["track_kind"] != "gpu_stream":
+            name = f"{name} (tid {r.get('tid')})"
+        out[key] = lane_label(r["rank"], name, _is_nccl(r))
+    return out
+
+
 def _is_nccl(lane: dict) -> bool:
     return lane["track_kind"] == "gpu_stream" and bool(lane.get("has_comm"))
 
@@ -154,7 +186,7 @@ def timeline(con, run_id: int, step: int, ranks: list[int] | None = None,
         con.unregister("timeline_attribution")
     raw = sql.one(con, "timeline.raw_marks")[0]
     lanes = sql.rows(con, "timeline.lanes")
-    labels = {(r["rank"], r["track_id"]): lane_label(r["rank"], r["track"], _is_nccl(r)) for r in lanes}
+    labels = _lane_labels(lanes)
     drawn = sql.rows(con, "timeline.marks")
     marks = [_mark(r, labels[(r["rank"], r["track_id"])]) for r in drawn]
     windows = [{"rank": w["rank"], "start_ns": w["start_ns"], "end_ns": w["end_ns"],

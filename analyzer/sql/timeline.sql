@@ -18,7 +18,7 @@
 --   timeline_window   rank, start_ns, end_ns: the step's window on each shown rank (its
 --                     own clock), offset_ns (its clock offset; 0 unless aligned), zero_ns
 --                     (the chart's zero on the rank's own clock)
---   timeline_lanes    rank, track_id, track_kind, track, has_compute
+--   timeline_lanes    rank, track_id, track_kind, track (its name), pid, tid (Kineto's), has_compute, has_comm
 --   timeline_marks    what to draw: rank, track_id, kind (compute, comm, memcpy, memset,
 --                     exposed), name, event_id, marks (1, or how many a busy block
 --                     merged), start_rel_ns, end_rel_ns, busy_ns, and for comm the
@@ -164,7 +164,7 @@ GROUP BY b.gid, b.ts_ns, b.end_ns;
 -- has_comm: the lane runs collectives (a GPU stream with NCCL kernels, gloo's thread).
 CREATE OR REPLACE TEMP TABLE timeline_lanes AS
 SELECT p.rank, p.track_id, any_value(t.kind) AS track_kind,
-       coalesce(any_value(t.name), 'track ' || p.track_id) AS track,
+       coalesce(any_value(t.name), 'track ' || p.track_id) AS track, any_value(t.pid) AS pid, any_value(t.tid) AS tid,
        bool_or(p.kind = 'compute') AS has_compute,
        bool_or(p.kind = 'comm') AS has_comm
 FROM _tl_pieces p

@@ -52,7 +52,10 @@ def render() -> None:
             st.altair_chart(charts.bus_bandwidth(groups, w / 1e9 if w else None), width="stretch")
         else:
             st.info("No bus bandwidth: the traces give no collective sizes (bytes).")
-        st.caption(f"Median over instances (nccl-tests bus bandwidth). {_measured(result['measured'])}")
+        st.caption(f"Median over instances of each transfer's bus bandwidth (nccl-tests' definition; the time "
+                   f"waiting for a late peer left out). The dashed line is the run's W: bars well below it are "
+                   f"latency-bound (small messages) or slowed by something else on the link. "
+                   f"{_measured(result['measured'])}")
     with right:
         st.subheader("Predicted beside measured")
         if any(g.get("predicted_comm_ms") is not None for g in groups):

@@ -1,4 +1,5 @@
-"""Checklist: the diagnosis of the run, failed findings first, each with its evidence and fix."""
+"""Checklist: the diagnosis of the run, failed findings first, each with its evidence and fix;
+the rules that cannot judge the run folded under one line."""
 
 from __future__ import annotations
 
@@ -43,8 +44,15 @@ def render() -> None:
     for col, (status, label) in zip(cols, (("fail", ":red[failed]"), ("warn", ":orange[warnings]"),
                                            ("pass", ":green[passed]"), ("n/a", "not applicable"))):
         col.metric(label, counts.get(status, 0))
-    for f in findings:
+    applicable = [f for f in findings if f.get("status") != "n/a"]
+    for f in applicable:
         _finding(f)
+    # the rules that cannot judge this run (FSDP's on a DDP run, say): one line, folded, each with why
+    idle = [f for f in findings if f.get("status") == "n/a"]
+    if idle:
+        with st.expander(f"Not applicable to this run ({len(idle)})", icon=shape.STATUS_ICON["n/a"]):
+            st.markdown("\n".join(f"- **{md(f['title'])}** ({md(f.get('id'))}): {md(f.get('evidence') or 'n/a')}"
+                                   for f in idle))
 
 
 render()

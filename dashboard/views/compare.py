@@ -19,16 +19,41 @@ TOP_GROUPS = 30  # rows of the table
 TOP_CHART = 15  # groups in the chart
 
 
+def picker_label(run: dict) -> str:
+    """A run in Compare's pickers: name, id, date, then its commit and other tags (cut at 60
+    characters: the whole run is in the sidebar and History)."""
+    tags = dict(run.get("tags") or {})
+    commit = tags.pop("commit", None) or tags.pop("sha", None)
+    extra = ([f"commit {commit[:12]}"] if commit else []) + [f"{k}={v}" for k, v in sorted(tags.items())]
+    words = " · ".join(extra)
+    return context.run_label(run) + (f" · {words[:60]}{'…' if len(words) > 60 else ''}" if words else "")
+
+
+def default_b(runs: list[dict], a: dict) -> dict | None:
+    """Run B at first: the previous run of A's name (what ``check`` compares with), else the run
+    stored just before A, else the one just after; None with A alone."""
+    older = [r for r in runs if r["run_id"] < a["run_id"]]
+    same = [r for r in older if r["name"] == a["name"]]
+    others = [r for r in runs if r["run_id"] != a["run_id"]]
+    if same or older:
+        return max(same or older, key=lambda r: r["run_id"])
+    return min(others, key=lambda r: r["run_id"]) if others else None
+
+
 def _pick(ctx) -> tuple[dict, dict]:
-    by_id = {r["run_id"]: r for r in ctx.runs}
+    # the sidebar's filter applies here too; the run it selects is always among the choices
+    shown = ctx.shown if any(r["run_id"] == ctx.run["run_id"] for r in ctx.shown) else [ctx.run, *ctx.shown]
+    by_id = {r["run_id"]: r for r in sorted(shown, key=lambda r: -r["run_id"])}
     ids = list(by_id)
-    first = ctx.run["run_id"]
-    second = next((i for i in ids if i != first), first)
+    state = st.session_state
+    if state.get("cmp_a") not in by_id:  # first visit: A is the sidebar's run
+        state["cmp_a"] = ctx.run["run_id"]
     left, right = st.columns(2)
-    a = left.selectbox("Run A", ids, index=ids.index(first), format_func=lambda i: context.run_label(by_id[i]),
-                       key="cmp_a")
-    b = right.selectbox("Run B", ids, index=ids.index(second), format_func=lambda i: context.run_label(by_id[i]),
-                        key="cmp_b")
+    a = left.selectbox("Run A", ids, format_func=lambda i: picker_label(by_id[i]), key="cmp_a")
+    if state.get("cmp_b_for") != a or state.get("cmp_b") not in by_id:  # a new A: B is A's previous run
+        state["cmp_b"] = (default_b(list(by_id.values()), by_id[a]) or by_id[a])["run_id"]
+        state["cmp_b_for"] = a
+    b = right.selectbox("Run B", ids, format_func=lambda i: picker_label(by_id[i]), key="cmp_b")
     return by_id[a], by_id[b]
 
 
@@ -49,8 +74,9 @@ def _headline(a: dict, b: dict, comparison: dict) -> None:
 
 def _side_by_side(comparison: dict) -> None:
     """Every headline metric of both runs, the change and whether B is better or worse."""
-    tables.show([{**m, "metric": shape.figure_label(m["metric"])} for m in comparison["metrics"]],
-                shape.SIDE_BY_SIDE_TABLE)
+    tables.show([{**m, "metric": shape.figure_label(m["metric"]),
+                  "change_words": None if m["verdict"] is None else gate.change_words(m["worse_pct"])}
+                 for m in comparison["metrics"]], shape.SIDE_BY_SIDE_TABLE)
 
 
 def _groups(comparison: dict, names: dict) -> None:

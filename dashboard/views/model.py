@@ -13,6 +13,9 @@ from overlapscope.dashboard import charts, context, data, shape, tables
 from overlapscope.dashboard.text import md
 
 
+AS_MEASURED = "as measured"  # an empty input: the run's own setting
+
+
 def _ratio_section(result: dict, analysis: dict, run_id: int) -> None:
     st.subheader("Does the communication hide? Comm time / backward time against tokens per GPU")
     threshold = shape.hide_threshold(result["model"])
@@ -21,7 +24,8 @@ def _ratio_section(result: dict, analysis: dict, run_id: int) -> None:
         return
     if not threshold["tokens"]:
         entered = st.number_input("Tokens per GPU per micro-batch (not in the manifest: enter it to place this run)",
-                                  min_value=0, value=0, step=512, key=f"model_tokens_{run_id}")
+                                  min_value=1, value=None, step=512, key=f"model_tokens_{run_id}",
+                                  placeholder="not known")
         threshold = {**threshold, "tokens": entered or None, "verdict": shape.verdict_at(threshold, entered)}
     measured = shape.measured_ratio(analysis["steps"])
     points = shape.run_points(threshold, measured)
@@ -40,7 +44,11 @@ def _ratio_section(result: dict, analysis: dict, run_id: int) -> None:
         st.info("This run's point needs the tokens per GPU per micro-batch (`tokens_per_microbatch` in the "
                 "tracer's manifest, or enter it above); the orange level is the measured ratio.")
     elif threshold["verdict"]:
-        st.markdown(f"Verdict at T = {threshold['tokens']:,.0f}: **{threshold['verdict']}**.")
+        overlap = (analysis.get("headline") or {}).get("overlap_pct")
+        # the verdict is what the model says the run could hide; beside a run that hides little, say so
+        gap = (f" The model's verdict, not the run's: this run measured {overlap:.1f} % overlap (why is below)."
+               if threshold["verdict"] == "hidden" and overlap is not None and overlap < 50 else "")
+        st.markdown(f"Verdict at T = {threshold['tokens']:,.0f}: **{threshold['verdict']}**.{gap}")
 
 
 def _reconciled(result: dict) -> None:
@@ -67,8 +75,8 @@ def _memory_section(result: dict, facts: dict, run_id: int) -> None:
     peak = max(peaks) if peaks else None
     device = facts["device_memory_bytes"]
     params = facts["params"] or st.number_input(
-        "Parameters (not in the manifest: enter the model's size to draw the stages)", min_value=0, value=0,
-        step=1_000_000, key=f"model_params_{run_id}")
+        "Parameters (not in the manifest: enter the model's size to draw the stages)", min_value=1, value=None,
+        step=1_000_000, key=f"model_params_{run_id}", placeholder="not known")
     if not params:
         st.info("Cannot draw the stages: the parameter count is unknown (it comes from the tracer's manifest). "
                 + (f"Measured peak allocated: {peak / 1e9:.3g} GB. " if peak else "")
@@ -100,16 +108,16 @@ def _whatif_controls(parallelism: str, run_id: int) -> tuple[tuple, str | None]:
     key = f"wi_{run_id}_"
     cols = st.columns(4)
     if parallelism == "ddp":
-        mb = cols[0].number_input("Bucket cap (MiB)", min_value=0.0, value=0.0, step=5.0, key=key + "mb",
-                                  help="DDP's bucket_cap_mb; 0 keeps the measured buckets.")
+        mb = cols[0].number_input("Bucket cap (MiB)", min_value=0.0, value=None, step=5.0, key=key + "mb",
+                                  placeholder=AS_MEASURED, help="DDP's bucket_cap_mb; empty keeps the measured buckets.")
         if mb:
             flags.append(("bucket-mb", f"{mb:g}"))
         sync = cols[1].selectbox("Accumulation", ["as measured", "sync every micro-batch", "no_sync"],
                                  key=key + "sync")
         if sync != "as measured":
             flags.append(("sync", sync == "sync every micro-batch"))
-        accum = cols[2].number_input("Micro-batches", min_value=0, value=0, step=1, key=key + "accum",
-                                     help="0 keeps the measured count.")
+        accum = cols[2].number_input("Micro-batches", min_value=1, value=None, step=1, key=key + "accum",
+                                     placeholder=AS_MEASURED, help="Empty keeps the measured count.")
         if accum:
             flags.append(("accum", str(accum)))
     else:
@@ -128,10 +136,11 @@ def _whatif_controls(parallelism: str, run_id: int) -> tuple[tuple, str | None]:
         flags.append(("tokens", f"{tokens:g}x"))
     bandwidth = cols[1].number_input("Bandwidth (x measured)", min_value=0.0, value=1.0, step=0.5,
                                      key=key + "bw")
-    w_abs = cols[2].number_input("Bandwidth (GB/s)", min_value=0.0, value=0.0, step=10.0, key=key + "bwabs",
+    w_abs = cols[2].number_input("Bandwidth (GB/s)", min_value=0.0, value=None, step=10.0, key=key + "bwabs",
+                                 placeholder=AS_MEASURED,
                                  help="The links' bus bandwidth W: collectives at latency + wire / W, without this "
-                                      "run's level. 0 keeps the multiple beside it.")
-    if w_abs > 0:
+                                      "run's level. Empty keeps the multiple beside it.")
+    if w_abs:
         flags.append(("bandwidth", f"{w_abs:g}G"))
     elif bandwidth != 1.0 and bandwidth > 0:
         flags.append(("bandwidth", f"{bandwidth:g}x"))
@@ -139,19 +148,22 @@ def _whatif_controls(parallelism: str, run_id: int) -> tuple[tuple, str | None]:
     if dtype != "as measured":
         flags.append(("reduce-dtype", dtype))
     cols = st.columns(4)
-    gpus = cols[0].number_input("GPUs", min_value=0, value=0, step=1, key=key + "gpus",
-                                help="Data-parallel world size; 0 keeps the measured one.")
+    gpus = cols[0].number_input("GPUs", min_value=1, value=None, step=1, key=key + "gpus", placeholder=AS_MEASURED,
+                                help="Data-parallel world size; empty keeps the measured one.")
     if gpus:
         flags.append(("gpus", str(gpus)))
     if parallelism != "ddp":
-        hsdp = cols[1].number_input("HSDP shard group", min_value=0, value=0, step=1, key=key + "hsdp",
-                                    help="Shard within groups of this many ranks, replicate across them; 0: as "
+        hsdp = cols[1].number_input("HSDP shard group", min_value=1, value=None, step=1, key=key + "hsdp",
+                                    placeholder=AS_MEASURED,
+                                    help="Shard within groups of this many ranks, replicate across them; empty: as "
                                          "measured.")
-        intra = cols[2].number_input("Intra-group W (GB/s)", min_value=0.0, value=0.0, step=10.0, key=key + "intra",
-                                     disabled=not hsdp, help="Bus bandwidth inside a shard group; 0: the run's.")
-        inter = cols[3].number_input("Inter-group W (GB/s)", min_value=0.0, value=0.0, step=10.0, key=key + "inter",
-                                     disabled=not hsdp, help="Bus bandwidth across the groups (HSDP's all-reduce); "
-                                                             "0: the calibration's.")
+        intra = cols[2].number_input("Intra-group W (GB/s)", min_value=0.0, value=None, step=10.0, key=key + "intra",
+                                     placeholder="the run's", disabled=not hsdp,
+                                     help="Bus bandwidth inside a shard group; empty: the run's.")
+        inter = cols[3].number_input("Inter-group W (GB/s)", min_value=0.0, value=None, step=10.0, key=key + "inter",
+                                     placeholder="the calibration's", disabled=not hsdp,
+                                     help="Bus bandwidth across the groups (HSDP's all-reduce); empty: the "
+                                          "calibration's.")
         if hsdp:
             flags.append(("hsdp", str(hsdp)))
             flags += [(flag, f"{w:g}G") for flag, w in (("intra-bandwidth", intra), ("inter-bandwidth", inter)) if w]
@@ -163,13 +175,21 @@ def _whatif_controls(parallelism: str, run_id: int) -> tuple[tuple, str | None]:
     return tuple(flags), (f"{name}={values}" if values.strip() else None)
 
 
+def _delta(change_ms: float) -> dict:
+    """A metric's change against the measured run: lower is better; under 0.005 ms it is no change
+    (neither a red +0.00 nor a green -0.00)."""
+    if abs(change_ms) < 0.005:
+        return {"delta": "no change", "delta_color": "off", "delta_arrow": "off"}
+    return {"delta": f"{change_ms:+,.2f} ms", "delta_color": "inverse"}
+
+
 def _figure_row(p: dict) -> None:
     m, pred = p["measured"], p["predicted"]
     cols = st.columns(4)
-    cols[0].metric("Step (predicted)", f"{pred['step_ms']:,.2f} ms", f"{-pred['gain_ms']:+,.2f} ms",
-                   delta_color="inverse", help=f"measured {m['step_ms']:,.2f} ms; the slowest rank's median step")
+    cols[0].metric("Step (predicted)", f"{pred['step_ms']:,.2f} ms", **_delta(-pred["gain_ms"]),
+                   help=f"measured {m['step_ms']:,.2f} ms; the slowest rank's median step")
     cols[1].metric("Exposed comm (predicted)", f"{pred['exposed_comm_ms']:,.2f} ms",
-                   f"{pred['exposed_comm_ms'] - m['exposed_comm_ms']:+,.2f} ms", delta_color="inverse",
+                   **_delta(pred["exposed_comm_ms"] - m["exposed_comm_ms"]),
                    help=f"measured {m['exposed_comm_ms']:,.2f} ms")
     overlap = pred["overlap_pct"]
     cols[2].metric("Overlap (predicted)", "–" if overlap is None else f"{overlap:.1f} %",

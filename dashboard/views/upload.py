@@ -9,6 +9,7 @@ uploads are open only on a dashboard that listens on this machine alone.
 from __future__ import annotations
 
 import functools
+import hashlib
 import sys
 import traceback
 from pathlib import Path
@@ -20,7 +21,7 @@ from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.ingest import limits, memory
 from overlapscope.dashboard import context, data
 from overlapscope.dashboard.text import md
-from overlapscope.server import auth, spool, uploads
+from overlapscope.server import audit, auth, spool, uploads
 from overlapscope.server.asgi import is_loopback
 
 DONE_KEY = "_upload_done"
@@ -64,14 +65,35 @@ def _access(settings) -> auth.Tokens | None:
     return tokens
 
 
+# Streamlit's uploader prints its own limit ("200MB per file"); the limit enforced here is on all the
+# files together, so that line is hidden and the real one said beneath (a constant style, no user text)
+_HIDE_WIDGET_LIMIT = ("<style>[data-testid='stFileUploaderDropzoneInstructions'] small "
+                      "{display: none;}</style>")
+
+
+def _propose_name(names: list[str]) -> None:
+    """Put a run name made from the files (their folder, the zip's name, or the traces' common
+    stem) in the name box when the files change, unless the user typed one of their own."""
+    state = st.session_state
+    proposal = uploads.default_run_name(names) if names else ""
+    before = state.get("upload_proposed")
+    if tuple(names) != state.get("upload_proposed_for"):
+        if not state.get("upload_name") or state.get("upload_name") == before:
+            state["upload_name"] = proposal
+        state["upload_proposed"], state["upload_proposed_for"] = proposal, tuple(names)
+
+
 def _form(settings):
+    st.html(_HIDE_WIDGET_LIMIT)
     files = st.file_uploader("Per-rank traces (.json, .json.gz), a manifest.json, or a .zip of them",
                              type=["json", "gz", "zip"], accept_multiple_files=True,
                              key=_uploader_key(),
-                             help=f"One file per rank. Limit: {settings.max_upload_mb:,} MiB in all.")
+                             help=f"One file per rank. Limit: {settings.max_upload_mb:,} MiB for all the files "
+                                  "together.")
+    st.caption(f"Limit: {settings.max_upload_mb:,} MiB for all the files together.")
     names = [f.name for f in files or []]
-    name = st.text_input("Run name", value=uploads.default_run_name(names) if names else "", key="upload_name",
-                         placeholder="e.g. llama-8b-fsdp-bs4")
+    _propose_name(names)
+    name = st.text_input("Run name", key="upload_name", placeholder="e.g. llama-8b-fsdp-bs4")
     tags = st.text_input("Tags (optional)", key="upload_tags", placeholder="branch=main, gpus=8")
     go = st.button("Analyze and store", type="primary", disabled=not files, key="upload_go")
     return files, name.strip(), tags, go
@@ -124,6 +146,8 @@ def render() -> None:
     if tokens.configured and who is None:  # no file chooser, and the server takes no file, before a token
         message = "Give a valid API token to upload (ask whoever runs this dashboard for one)."
         st.error(message) if token else st.info(message)
+        if token:
+            _audit_refused_token(token)
         return
     if tokens.configured:
         spool.grant(_session_id())
@@ -132,6 +156,7 @@ def render() -> None:
         return
     too_big = uploads.size_error(files, settings.max_upload_bytes, _session_id())
     if too_big:
+        _audit("refuse", by=who, name=name or None, reason=too_big)
         _refused(files, [too_big])
     if not name:
         st.error("Give the run a name.")
@@ -143,15 +168,31 @@ def render() -> None:
         return
     outcome = _store(settings, files, name, tags, who)
     if outcome.errors:
+        _audit("refuse", by=who, name=name, reason=outcome.errors[0])
         _refused(files, outcome.errors)
     _forget(files)  # stored: the server keeps no copy of the uploads
     if outcome.run_id is not None:
+        _audit("store", by=who, run_id=outcome.run_id, name=name, seconds=round(outcome.seconds, 2))
         # rerun so that the sidebar lists and selects the new run; the message survives in the session
         data.runs.clear()
         context.select_run(outcome.run_id)
         st.session_state[DONE_KEY] = f"Stored run #{outcome.run_id} ({md(name)}) in {outcome.seconds:.1f} s. " \
                                      "It is now the selected run."
         st.rerun()
+
+
+def _audit(action: str, **fields) -> None:
+    """The server's audit line for what this visitor did (server/audit.py)."""
+    audit.record(action, "page", getattr(st.context, "ip_address", None), **fields)
+
+
+def _audit_refused_token(token: str) -> None:
+    """One audit line per wrong token a visitor gives (the page reruns on every click: not one
+    per rerun); the session keeps a digest of it, never the token."""
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    if st.session_state.get("upload_refused_token") != digest:
+        st.session_state["upload_refused_token"] = digest
+        _audit("refuse", status=401, reason="not one of this dashboard's API tokens")
 
 
 def _refused(files, errors: list[str]) -> None:

@@ -3,6 +3,8 @@ keep the rows that matter (``--top``) and say how many they left out."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from overlapscope.cli import main
@@ -93,3 +95,26 @@ def test_ingest_shows_progress_on_a_terminal_only(tmp_path):
     assert 0 <= shown.index("decoding rank 2/2") < shown.index("storing run on-a-terminal")
     assert _ingest_stderr(tmp_path, "piped", terminal=False) == ""
     assert _ingest_stderr(tmp_path, "as-json", "--json", terminal=True) == ""
+
+
+def test_text_left_numbers_right_and_empty_columns_left_out():
+    from overlapscope.cli.tables import table
+
+    rows = [{"name": "a", "n": 1, "hta": None}, {"name": "bbb", "n": 22, "hta": None}]
+    assert table(rows, [("name", "name"), ("n", "n"), ("hta", "hta_%")]).splitlines() == [
+        "name   n", "----  --", "a      1", "bbb   22", "(hta_%: no value in any row, left out)"]
+
+
+def test_history_keeps_the_metrics_a_team_tracks(tmp_path, monkeypatch, capsys):
+    """In 100 columns: exposed comm and overlap before the run's facts, the time to the minute,
+    the commit tag."""
+    monkeypatch.setenv("OVERLAPSCOPE_DB", str(tmp_path / "c.duckdb"))
+    assert main(["ingest", str(SAMPLES / "ddp"), "--run", "a-team-job-with-a-long-ci-name", "--tag",
+                 "commit=0123456789abcdef", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["history"]) == 0
+    lines = _lines(capsys)
+    header, row = lines[0], lines[2]
+    assert header.split()[:6] == ["id", "name", "created", "(UTC)", "exposed_ms", "overlap_%"]
+    assert re.search(r" \d{4}-\d\d-\d\d \d\d:\d\d  ", row) and "0123456789ab " in row + " "
+    assert max(len(line) for line in lines) <= 100

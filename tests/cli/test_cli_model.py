@@ -218,3 +218,27 @@ def test_help_explains_number_syntax(capsys):
         main(["model", "memory", "--help"])
     assert exit_info.value.code == 0
     assert "13B" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("written", ["3", "ZeRO-3", "zero_3", "fsdp"])
+def test_a_stage_is_taken_as_users_write_it(written, capsys):
+    """Before: ``--stage 3`` was refused (it wanted ``zero3``, and the help did not list the values)."""
+    from overlapscope.cli import main
+
+    assert main(["model", "comm", "--params", "13B", "--gpus", "32", "--stage", written, "--json"]) == 0
+    given = json.loads(capsys.readouterr().out)
+    assert main(["model", "comm", "--params", "13B", "--gpus", "32", "--stage", "zero3", "--json"]) == 0
+    assert given == json.loads(capsys.readouterr().out) and given["stage"] == "zero3"
+
+
+def test_text_output_names_its_figures_in_words(capsys):
+    from overlapscope.cli import main
+
+    assert main(["model", "comm", "--params", "13B", "--gpus", "32", "--stage", "hsdp", "--group", "8",
+                 "--bandwidth", "50G", "--intra-bandwidth", "200G"]) == 0
+    out = capsys.readouterr().out
+    assert "_ms" not in out and "time per step inside the shard groups (--intra-bandwidth): " in out
+    assert main(["model", "hide", "--flops", "400T", "--bandwidth", "50G", "--gpus", "32", "--tokens", "4096",
+                 "--stage", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "stage_tokens_to_hide" not in out and "tokens to hide (zero3)" in out

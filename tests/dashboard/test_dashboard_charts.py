@@ -43,11 +43,16 @@ def _layers(chart) -> list[dict]:
 # --- shape -------------------------------------------------------------------------
 
 
-def test_rank_means_and_slowest():
-    means = shape.rank_means(STEPS)
-    assert [m["rank"] for m in means] == [0, 1]
-    assert means[1]["step_ms"] == 13.0 and means[1]["exposed_comm_ms"] == 3.0
-    assert means[1]["hidden_comm_ms"] == 1.0 and means[1]["overlap_pct"] == 25.0
+def test_rank_medians_are_the_headlines_aggregation_per_rank():
+    medians = shape.rank_medians(STEPS)
+    assert [m["rank"] for m in medians] == [0, 1]
+    # two steps: the mean of the middle two, (11 + 15) / 2; comm (2 + 6) / 2, exposed (2 + 4) / 2
+    assert medians[1]["step_ms"] == 13.0 and medians[1]["exposed_comm_ms"] == 3.0 and medians[1]["steps"] == 2
+    assert medians[1]["hidden_comm_ms"] == 1.0 and medians[1]["overlap_pct"] == 25.0
+    # an outlier step moves a mean, not the median the headline shows: 10, 12 and 50 ms give 12
+    third = {**STEPS[1], "step": 4, "step_ms": 50.0, "idle_ms": 41.0}
+    (rank0,) = [m for m in shape.rank_medians([*STEPS, third]) if m["rank"] == 0]
+    assert rank0["step_ms"] == 12.0 and rank0["idle_ms"] == 3.0 and rank0["steps"] == 3
 
 
 def test_default_ranks_keep_the_slowest_and_the_calmest():
@@ -149,7 +154,7 @@ def test_compare_rows_match_steps_by_position():
 
 
 def test_step_breakdown_stacks_and_outlines_the_slowest():
-    chart = charts.step_breakdown(shape.rank_means(STEPS), highlight_rank=1)
+    chart = charts.step_breakdown(shape.rank_medians(STEPS), highlight_rank=1)
     assert isinstance(chart, alt.Chart)
     rows = _values(chart)
     assert {r["part"] for r in rows} == {"compute", "exposed comm", "other (memcpy only)", "idle"}

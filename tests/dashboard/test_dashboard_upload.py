@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import functools
 import io
 import zipfile
@@ -52,6 +54,23 @@ def test_tags_and_default_names():
         uploads.parse_tags("branch")
     assert uploads.default_run_name(["llama-rank-0.pt.trace.json.gz", "llama-rank-1.pt.trace.json.gz"]) == "llama"
     assert uploads.default_run_name(["run.zip"]) == "run"
+    # files named only by their rank: a name by the time, never "rank" or "rank-0"
+    assert re.fullmatch(r"upload-\d{8}-\d{4}", uploads.default_run_name(["rank-0.pt.trace.json.gz",
+                                                                        "rank-1.pt.trace.json.gz"]))
+
+
+def test_the_name_is_proposed_from_the_files_and_a_typed_one_kept(monkeypatch, tmp_path):
+    """Before: the name box stayed empty and the first click said "Give the run a name."."""
+    at = open_app(monkeypatch, tmp_path / "catalog.duckdb", "views/upload.py")
+    at.file_uploader(key="upload_files").set_value([(f"llama-rank-{r}.pt.trace.json.gz", b"{}", "application/gzip")
+                                                    for r in range(2)])
+    at.run()
+    assert at.text_input(key="upload_name").value == "llama"
+    assert any("2,048 MiB for all the files together" in c.value for c in at.caption)
+    at.text_input(key="upload_name").input("mine").run()
+    at.file_uploader(key="upload_files").set_value([("other.zip", b"PK", "application/zip")])
+    at.run()
+    assert at.text_input(key="upload_name").value == "mine"
 
 
 def test_save_keeps_every_file_under_a_safe_name(tmp_path):

@@ -562,3 +562,25 @@ def test_the_first_run_of_a_name_has_no_baseline_through_the_api(server):
     assert verdict["regressed"] is False and verdict["value"] == answer["headline"]["exposed_comm_ms"]
     status, refused = request(url, "GET", f"/runs/{answer['run_id']}/check", [("strict", "1")])
     assert status == 400 and "nothing to compare" in refused["error"]
+
+
+def test_every_store_and_refusal_has_an_audit_line_without_the_token(server):
+    """One line per stored run and per refused write, with the client, the token's name (never
+    the token) and why; names are quoted (a name is printable text: no newline to break a line)."""
+    url, _, output = server
+    status, answer = push_raw(url, zipped(SAMPLES / "ddp"), "audited 'run' ✓", tags=["commit=abc"])
+    assert status == 201
+    assert push_raw(url, b"{}", "audited-refused", token="not-a-token-of-this-server")[0] == 401
+    assert push_raw(url, b"not json at all", "audited-bad")[0] == 400
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and sum("audit" in line for line in output) < 3:
+        time.sleep(0.1)
+    lines = [line for line in output if line.startswith("overlapscope: audit: ")]
+    stored = [line for line in lines if f"run_id={answer['run_id']} " in line]
+    assert len(stored) == 1 and stored[0].startswith("overlapscope: audit: store via=api client='127.0.0.1' ")
+    assert "by='ci-bot'" in stored[0] and "name=\"audited 'run' ✓\"" in stored[0]
+    (unknown,) = [line for line in lines if "name='audited-refused'" in line]
+    assert "refuse" in unknown and "status=401" in unknown and "by=" not in unknown
+    (bad,) = [line for line in lines if "name='audited-bad'" in line]
+    assert "status=400" in bad and "by='ci-bot'" in bad and "reason=" in bad
+    assert all(TOKEN not in line and OTHER_TOKEN not in line for line in output)

@@ -96,10 +96,11 @@ def _compare_with_the_tracer(tmp_path):
     assert ours.keys() == theirs.keys()
     # the same rules apply (what the structure decides), and the rules read from the
     # structure agree; the rules on measured times (tokens_below_fw, last_bucket_exposed,
-    # exposed_backward_comm) move with a 2-core machine's noise between any two runs of
-    # this script, captured or traced (tokens_below_fw passed in one capture, failed in the next)
+    # exposed_backward_comm, straggler) move with a 2-core machine's noise between any two runs
+    # of this script, captured or traced (tokens_below_fw passed in one capture, failed in the
+    # next; with the other test worker busy, one of two ranks really is late: straggler failed)
     assert {k for k, v in ours.items() if v == "n/a"} == {k for k, v in theirs.items() if v == "n/a"}
-    for rule in ("fp32_reduction", "accumulation_comm", "ddp_bucket_size", "uneven_tokens", "straggler"):
+    for rule in ("fp32_reduction", "accumulation_comm", "ddp_bucket_size", "uneven_tokens"):
         assert ours[rule] == theirs[rule], (rule, ours, theirs)
 
 

@@ -17,6 +17,17 @@ FROM events
 WHERE ts_ns IS NOT NULL
 ORDER BY ts_ns, event_id;
 
+-- name: flow_lines
+-- The trace's flow events (flows: a CPU launch to its kernel, ac2g; forward to backward, fwdbwd)
+-- as Kineto writes them: s at the start, t, and f bound to its enclosing slice ("bp":"e").
+SELECT '{"ph":"' || ph || '","id":' || flow_id || ',"pid":' || $pid || ',"tid":' || coalesce(track_id, 0)
+       || ',"ts":' || us_text(ts_ns + $offset_ns - $zero_ns)
+       || ',"cat":' || to_json(coalesce(cat, '')) || ',"name":' || to_json(coalesce(cat, ''))
+       || CASE WHEN ph = 'f' THEN ',"bp":"e"' ELSE '' END || '}' AS line
+FROM flows
+WHERE ts_ns IS NOT NULL AND flow_id IS NOT NULL
+ORDER BY ts_ns, flow_id, ph;
+
 -- name: track_lines
 SELECT '{"ph":"M","pid":' || $pid || ',"tid":' || track_id || ',"name":"thread_name","args":{"name":'
        || to_json(coalesce(name, kind, 'track') || ' (pid ' || coalesce(pid, '?') || ', tid '
@@ -49,8 +60,19 @@ CREATE TABLE events AS SELECT $run_id::INTEGER AS run_id, $rank::INTEGER AS rank
 -- name: load_tracks
 CREATE TABLE tracks AS SELECT $run_id::INTEGER AS run_id, $rank::INTEGER AS rank, * FROM _tr;
 
+-- name: load_flows
+CREATE TABLE flows AS SELECT $run_id::INTEGER AS run_id, $rank::INTEGER AS rank, * FROM _fl;
+
 -- name: stored_events
 CREATE TABLE events AS SELECT $run_id::INTEGER AS run_id, * FROM read_parquet($files);
 
 -- name: stored_tracks
 CREATE TABLE tracks AS SELECT $run_id::INTEGER AS run_id, * FROM read_parquet($files);
+
+-- name: stored_flows
+CREATE TABLE flows AS SELECT $run_id::INTEGER AS run_id, * FROM read_parquet($files);
+
+-- name: no_flows
+-- A run stored before its flows were kept: none to export.
+CREATE TABLE flows (run_id INTEGER, rank INTEGER, flow_id BIGINT, cat VARCHAR, ph VARCHAR, ts_ns BIGINT,
+                    track_id BIGINT);

@@ -150,6 +150,20 @@ def test_nested_cpu_ops_draw_the_outer_one(tmp_path):
     assert [m["name"] for m in compute] == ["aten::linear"]
     assert [(p["start_ms"], p["end_ms"]) for p in tl["exposed"]] == [(pytest.approx(50 * US), pytest.approx(70 * US))]
     assert {lane["track_kind"] for lane in tl["lanes"]} == {"cpu_thread", "comm_thread"}
+    # named for what each thread does (the builder's thread 7 is its process's, pid 7), not "thread 7 (python)"
+    assert [lane["lane"] for lane in tl["lanes"]] == ["r0 · main thread", "r0 · comm thread"]
+
+
+def test_cpu_lanes_of_one_role_are_told_apart_by_tid():
+    lanes = [{"rank": 0, "track_id": i, "track_kind": kind, "track": name, "pid": "7", "tid": tid, "has_comm": False}
+             for i, (kind, name, tid) in enumerate([("cpu_thread", "thread 7 (python)", "7"),
+                                                    ("cpu_thread", "thread 8 (pt_autograd_0)", "8"),
+                                                    ("comm_thread", "thread 9 (pt_gloo_runloop)", "9"),
+                                                    ("comm_thread", "thread 10 (pt_gloo_runloop)", "10"),
+                                                    ("cpu_thread", "thread 11 (python)", "11")])]
+    assert list(timeline._lane_labels(lanes).values()) == [
+        "r0 · main thread", "r0 · autograd thread", "r0 · comm thread (tid 9)", "r0 · comm thread (tid 10)",
+        "r0 · thread 11 (python)"]
 
 
 def test_steps_and_missing_step(tmp_path):
