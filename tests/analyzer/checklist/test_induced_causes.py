@@ -73,15 +73,18 @@ def _findings(run: Path) -> dict:
 def runs(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("induced")
     out: dict = {"healthy4": [], "sleep30": [], "sleep150": []}
-    # interleaved, so that the healthy runs and the sleep runs see the same load (a loaded suite
-    # moves a 4-rank step on 2 cores by +-5 ms between runs): the 30 ms sleep three times
-    for i, sleep in enumerate((30, 150, 30, None, 30)):
-        out["healthy4"].append(_capture(root / f"healthy4-{i}", "--nproc", "4", *SMALL))
-        if sleep:
-            n = len(out[f"sleep{sleep}"])
-            out[f"sleep{sleep}"].append(_capture(root / f"sleep{sleep}-{n}", "--nproc", "4", "--sleep-rank",
-                                                 str(SLEEP_RANK), "--sleep-ms", str(sleep), *SMALL))
-    out["healthy2"] = [_capture(root / f"healthy2-{i}", "--nproc", "2", *SMALL) for i in range(REPEATS)]
+    # the machine to this worker once for all 14 runs (a turn per run waited for the other
+    # worker's current test 14 times); interleaved, so that the healthy runs and the sleep runs
+    # see the same state (a 4-rank step on 2 cores moves by +-5 ms between runs): the 30 ms sleep
+    # three times
+    with quiet():
+        for i, sleep in enumerate((30, 150, 30, None, 30)):
+            out["healthy4"].append(_capture(root / f"healthy4-{i}", "--nproc", "4", *SMALL))
+            if sleep:
+                n = len(out[f"sleep{sleep}"])
+                out[f"sleep{sleep}"].append(_capture(root / f"sleep{sleep}-{n}", "--nproc", "4", "--sleep-rank",
+                                                     str(SLEEP_RANK), "--sleep-ms", str(sleep), *SMALL))
+        out["healthy2"] = [_capture(root / f"healthy2-{i}", "--nproc", "2", *SMALL) for i in range(REPEATS)]
     return out
 
 
@@ -125,8 +128,9 @@ def test_raw_accumulation_is_seen_and_no_sync_is_predicted(tmp_path):
     shows 4 DistributedDataParallel.forward ranges and 4 rounds of the buckets. Before: n/a
     ("one micro-batch per step"), and --no-sync predicted a 0.00 ms gain."""
     # three pairs, interleaved: the runs of a loaded suite slow down unevenly; medians of them
-    pairs = [(_capture(tmp_path / f"sync{i}", "--nproc", "2", "--accum", "4"),
-              _capture(tmp_path / f"nosync{i}", "--nproc", "2", "--accum", "4", "--no-sync")) for i in range(3)]
+    with quiet():  # one turn for the six runs
+        pairs = [(_capture(tmp_path / f"sync{i}", "--nproc", "2", "--accum", "4"),
+                  _capture(tmp_path / f"nosync{i}", "--nproc", "2", "--accum", "4", "--no-sync")) for i in range(3)]
     sync, no_sync = pairs[0]
     found = _findings(sync)
     f = found["accumulation_comm"]
@@ -175,9 +179,10 @@ def test_fsdp_gathers_that_block_are_not_a_broken_prefetch(tmp_path):
     the noise of the pairs."""
     import json
 
-    pairs = [(_capture(tmp_path / f"plain{i}", "--nproc", "2", "--fsdp", "--active", "3", "--after", "2"),
-              _capture(tmp_path / f"prefetch{i}", "--nproc", "2", "--fsdp", "--prefetch", "--active", "3",
-                       "--after", "2")) for i in range(2)]
+    with quiet():  # one turn for the four runs
+        pairs = [(_capture(tmp_path / f"plain{i}", "--nproc", "2", "--fsdp", "--active", "3", "--after", "2"),
+                  _capture(tmp_path / f"prefetch{i}", "--nproc", "2", "--fsdp", "--prefetch", "--active", "3",
+                           "--after", "2")) for i in range(2)]
     plain, prefetched = pairs[0]
     names = {e.get("name", "").split(" for ")[0]
              for e in json.loads((prefetched / "rank-0.pt.trace.json").read_text())["traceEvents"]}
