@@ -90,7 +90,6 @@ class Capture:
         self.state = "armed" if config.armed else "waiting"  # -> profiling -> waiting/done
         self.handled_trigger_ns = 0  # the command removed a trigger left from an earlier job
         self.session: _Session | None = None
-        self._group, self._seen = None, None  # the poll's process group and tensor (_poll)
 
     # the optimizer's hooks ------------------------------------------------------------
 
@@ -123,23 +122,26 @@ class Capture:
             self._poll()
 
     def _poll(self) -> None:
-        """Every rank at the same step: the newest trigger any rank sees (a file on a shared
-        file system reaches the ranks at different moments), agreed by a collective, so that
-        every rank decides alike (the steps too: a second trigger may land between two reads)."""
+        """Every rank at the same step: the trigger as rank 0 sees it (a file on a shared file
+        system reaches the ranks at different moments), handed to every rank through the store,
+        so that every rank decides alike (the steps too: a second trigger may land between two
+        reads)."""
         folder = Path(self.config.out)
-        # the poll's collective on a gloo group of its own (made at the first poll, which every rank
-        # reaches at the same step), on one CPU tensor kept for the life of the process. On the job's
-        # group, the job's next barrier holds the poll's work; when that barrier is freed by gloo's
-        # thread while the main thread, holding the GIL, joins it in destroy_process_group, the
-        # rank hangs at exit (seen 1 time in 6 on 2 busy cores: the work's state holds a Python
-        # object, and freeing it needs the GIL)
-        if self._group is None:
-            self._group = dist.new_group(backend="gloo")
-            self._seen = torch.zeros(2, dtype=torch.int64)
-        seen = self._seen
-        seen[0], seen[1] = _trigger_ns(folder), _trigger_steps(folder) or 0
-        dist.all_reduce(seen, op=dist.ReduceOp.MAX, group=self._group)
-        newest_ns, steps = (int(v) for v in seen.tolist())
+        # agreed through the job's rendezvous store, not a collective: rank 0 reads the folder and
+        # sets the poll's key, the others wait for it. A collective here (on the job's group, or a
+        # gloo group of the capture's own) made a gloo work whose state holds a Python object;
+        # freed by gloo's thread while the main thread, holding the GIL, joins that thread in
+        # destroy_process_group, it hung the rank at exit (1 job in 6 on 2 busy cores; 1 in about
+        # 20 on a group of its own). The store's keys are deleted two polls later, when every rank
+        # has read them (the ranks step together: none is a poll behind another's previous one).
+        store = dist.distributed_c10d._get_default_store()
+        key = f"{POLL_KEY}/{self.step}"
+        if dist.get_rank() == 0:
+            store.set(key, f"{_trigger_ns(folder)} {_trigger_steps(folder) or 0}")
+            old = f"{POLL_KEY}/{self.step - 2 * self.config.poll_steps}"
+            if self.step - 2 * self.config.poll_steps > 0:
+                _safe_delete(store, old)
+        newest_ns, steps = (int(v) for v in store.get(key).decode().split())
         if newest_ns > self.handled_trigger_ns:
             self.handled_trigger_ns = newest_ns
             self._begin(folder / f"step-{self.step}", steps or self.config.steps)
@@ -331,6 +333,16 @@ def _find_model() -> nn.Module | None:
     inner = {id(sub) for m in sharded for sub in m.modules() if sub is not m}
     roots = [m for m in sharded if id(m) not in inner]
     return max(roots, key=lambda m: sum(p.numel() for p in m.parameters())) if roots else None
+
+
+POLL_KEY = "overlapscope/capture/poll"  # the store's key of each poll: POLL_KEY/<step>
+
+
+def _safe_delete(store, key: str) -> None:
+    try:
+        store.delete_key(key)
+    except Exception:  # a store without deletion (FileStore, HashStore): the keys stay, a few bytes each
+        pass
 
 
 def _trigger_ns(folder: Path) -> int:
