@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from overlapscope.contract.names import MANIFEST_FILE
 from overlapscope.analyzer import api
 from overlapscope.analyzer.ingest import inputs
 from overlapscope.analyzer.ingest.limits import Limits
@@ -82,6 +83,7 @@ def default_run_name(names: list[str]) -> str:
     prefix such as ``llama`` of ``llama-rank-<r>.json.gz``), else the first one's, and for files
     named only by their rank ``upload-<UTC date>-<time>`` (made a valid run name: printable, no
     leading '#', not too long)."""
+    names = [n for n in names if os.path.basename(n) != MANIFEST_FILE] or names  # the manifest names no run
     stems = [re.sub(r"(\.pt)?\.trace|\.json|\.gz|\.zip", "", os.path.basename(n)) for n in names]
     common = os.path.commonprefix(stems).rstrip("-_.") if stems else ""
     common = re.sub(r"[-_.]?(rank|worker)$", "", common, flags=re.IGNORECASE)

@@ -183,6 +183,10 @@ def test_upload_then_overview_timeline_and_checklist(tmp_path, dashboard_bundles
             page.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(files)
             expect(page.locator("[data-testid='stFileChipName']")).to_have_count(len(files), timeout=WAIT_MS)
             name = page.get_by_label("Run name")
+            # the page proposes a name once the files have reached it (the traces' prefix, never the
+            # manifest's); a name typed after that is the user's
+            expect(name).not_to_have_value("", timeout=WAIT_MS)
+            assert name.input_value() != "manifest"
             name.fill("browser-run")
             name.press("Enter")
             _settle(page)

@@ -54,6 +54,8 @@ def test_tags_and_default_names():
         uploads.parse_tags("branch")
     assert uploads.default_run_name(["llama-rank-0.pt.trace.json.gz", "llama-rank-1.pt.trace.json.gz"]) == "llama"
     assert uploads.default_run_name(["run.zip"]) == "run"
+    # a bundle's manifest names no run: the traces' prefix does
+    assert uploads.default_run_name(["manifest.json", "llama-rank-0.json.gz", "llama-rank-1.json.gz"]) == "llama"
     # files named only by their rank: a name by the time, never "rank" or "rank-0"
     assert re.fullmatch(r"upload-\d{8}-\d{4}", uploads.default_run_name(["rank-0.pt.trace.json.gz",
                                                                         "rank-1.pt.trace.json.gz"]))
