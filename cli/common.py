@@ -42,7 +42,8 @@ def add_engine_arguments(p) -> None:
 
 
 def add_source_arguments(p) -> None:
-    p.add_argument("paths", nargs="*", metavar="PATH", help="trace files, directories of per-rank files, or .zip")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="trace files, directories of per-rank files, or .zip "
+                   "(- reads one from standard input)")
     p.add_argument("--run", metavar="NAME|#ID", help="a run stored in the catalog instead of paths: the newest run "
                    "of that name, or #ID for a run id (digits that no run is named are an id)")
     p.add_argument("--run-id", type=int, metavar="ID", help="a stored run by its id")

@@ -41,7 +41,8 @@ def add_parser(sub) -> None:
                                    "dashboard's HTTP API, which stores it in its catalog. The token comes from "
                                    "--token-file or $OVERLAPSCOPE_TOKEN.")
     p.add_argument("url", metavar="URL", help="the dashboard, e.g. https://overlap.example.com")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="a run folder, trace files, or one .zip")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a run folder, trace files, or one .zip "
+                   "(- reads one from standard input)")
     p.add_argument("--run", required=True, metavar="NAME", help="the run's name (runs of one name form a history)")
     p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="a tag (repeatable), e.g. commit=abc123")
     p.add_argument("--token-file", metavar="FILE", help="a file holding the API token (default: $OVERLAPSCOPE_TOKEN)")
@@ -63,11 +64,18 @@ def read_token(token_file: str | None) -> str | None:
 
 
 def bundle(paths: list[str], folder: Path) -> Path:
-    """The file to upload: a single .zip or trace file as it is, else a zip of the run's files."""
+    """The file to upload: a single .zip or trace file as it is (``-``: what standard input
+    holds, spooled into ``folder``), else a zip of the run's files."""
+    from overlapscope.analyzer.ingest.inputs import STDIN, resolve, spool_stdin
+
+    if paths == [STDIN]:
+        from overlapscope.analyzer.ingest.limits import from_env
+
+        return Path(spool_stdin(str(folder), from_env()))
+    if STDIN in paths:
+        raise UsageError("give - (standard input) on its own")
     if len(paths) == 1 and os.path.isfile(paths[0]) and paths[0].lower().endswith(SINGLE):
         return Path(paths[0])
-    from overlapscope.analyzer.ingest.inputs import resolve
-
     for path in paths:
         if os.path.isfile(path) and not path.lower().endswith(SINGLE) and os.path.basename(path) != MANIFEST_FILE:
             raise UsageError(f"{path}: not a trace (.json, .json.gz) or a .zip of traces")
@@ -168,7 +176,8 @@ def run_push(args) -> int:
         path = bundle(args.paths, Path(tmp))
         size, limit = path.stat().st_size, health.get("max_upload_bytes")
         if limit and size > limit:
-            raise UsageError(f"{path}: {size / 2**20:,.1f} MiB is more than {server.url} accepts "
+            shown = "(stdin)" if args.paths == ["-"] else path
+            raise UsageError(f"{shown}: {size / 2**20:,.1f} MiB is more than {server.url} accepts "
                              f"({limit / 2**20:,.0f} MiB)")
         params = [("name", name), ("file", path.name)] + [("tag", f"{k}={v}") for k, v in tags.items()]
         status, answer = upload(server, path, params, progress(args.json))

@@ -46,6 +46,11 @@ BREAKDOWN_PARTS = {"compute_ms": ("compute", COMPUTE), "exposed_comm_ms": ("expo
                    "other_ms": ("other (memcpy only)", MEMCPY), "idle_ms": ("idle", IDLE)}
 
 
+# Every label of a discrete axis, each on its own row or bar: Vega drops overlapping ones by
+# default, and Streamlit's theme sets labelFlush, which moves a band axis's first and last
+# labels off their rows (onto the next: "0" over "1" on a 64-rank heatmap).
+EVERY_LABEL = {"labelOverlap": False, "labelFlush": False}
+
 WHOLE_RANK_AXIS = 32  # up to this many ranks, every rank is labelled (upright beyond 16)
 
 
@@ -61,7 +66,7 @@ def step_breakdown(rank_rows: list[dict], highlight_rank: int | None = None) -> 
     # every k-th, at most 16 labels: the others are read from the tooltip
     every = max(1, -(-len(ranks) // 16)) if len(ranks) > WHOLE_RANK_AXIS else 1
     x = {"x": alt.X("rank:O", title="rank" if every == 1 else f"rank (every {every}th labelled)",
-                    axis=alt.Axis(labelAngle=-90 if 16 < len(ranks) <= WHOLE_RANK_AXIS else 0, labelOverlap=False,
+                    axis=alt.Axis(labelAngle=-90 if 16 < len(ranks) <= WHOLE_RANK_AXIS else 0, **EVERY_LABEL,
                                   values=ranks[::every] if every > 1 else alt.Undefined))}
     return alt.Chart(long).mark_bar().encode(
         **x,
@@ -87,8 +92,8 @@ def step_heatmap(steps: list[dict], metric: str = "step_ms", highlight: tuple[in
     (slowest) cell is outlined."""
     df = _frame([{**s, "slowest": (s["rank"], s["step"]) == highlight} for s in steps],
                 ["rank", "step", metric, "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "slowest"])
-    base = alt.Chart(df).encode(x=alt.X("step:O", title="step", axis=alt.Axis(labelAngle=0, labelOverlap=False)),
-                                y=alt.Y("rank:O", title="rank", axis=alt.Axis(labelOverlap=False)))
+    base = alt.Chart(df).encode(x=alt.X("step:O", title="step", axis=alt.Axis(labelAngle=0, **EVERY_LABEL)),
+                                y=alt.Y("rank:O", title="rank", axis=alt.Axis(**EVERY_LABEL)))
     cells = base.mark_rect().encode(
         color=alt.Color(f"{metric}:Q", title=title or metric.replace("_", " "), scale=alt.Scale(scheme="purples")),
         tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("step:O"),
@@ -119,7 +124,7 @@ def timeline(tl: dict) -> alt.LayerChart:
                           "end_ms": windows.get(lane["rank"], (0.0, 0.0))[1]}
                          for lane in tl["lanes"]], columns=["lane", "kind", "start_ms", "end_ms"])
     kinds = [k for k in KIND_COLORS if k in set(marks["kind"]) | set(exposed["kind"])] or ["compute"]
-    y = alt.Y("lane:N", sort=lanes, title=None, axis=alt.Axis(labelLimit=260, labelOverlap=False))
+    y = alt.Y("lane:N", sort=lanes, title=None, axis=alt.Axis(labelLimit=260, **EVERY_LABEL))
     first_ms = min((a for a, _ in windows.values()), default=0.0)
     last_ms = max((b for _, b in windows.values()), default=0.0) or None
     title = ("ms from the earliest step start (ranks on one clock)" if tl.get("aligned", False)
@@ -165,7 +170,7 @@ def exposed_hidden(groups: list[dict]) -> alt.Chart:
                         "part", "ms"), ["group", "part", "ms", "comm_ms", "bytes", "count", "busbw_gbps"])
     order = [g["group"] for g in groups]
     return alt.Chart(long).mark_bar().encode(
-        y=alt.Y("group:N", sort=order, title=None, axis=alt.Axis(labelLimit=280, labelOverlap=False)),
+        y=alt.Y("group:N", sort=order, title=None, axis=alt.Axis(labelLimit=280, **EVERY_LABEL)),
         x=alt.X("ms:Q", title="mean comm per collective (ms)", stack="zero"),
         color=alt.Color("part:N", title=None, scale=alt.Scale(domain=["exposed", "hidden"], range=[EXPOSED, COMM])),
         tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("comm_ms:Q", format=".3f"),
@@ -179,7 +184,7 @@ def bus_bandwidth(groups: list[dict], measured_gbps: float | None = None) -> alt
     df = _frame([{k: g.get(k) for k in ("group", "busbw_gbps", "bytes")} for g in groups
                  if g.get("busbw_gbps") is not None], ["group", "busbw_gbps", "bytes"])
     bars = alt.Chart(df).mark_bar(color=COMM).encode(
-        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280, labelOverlap=False)),
+        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280, **EVERY_LABEL)),
         x=alt.X("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
         tooltip=["group:N", alt.Tooltip("busbw_gbps:Q", format=".3f"), alt.Tooltip("bytes:Q", format=",")])
     chart = bars
@@ -202,7 +207,7 @@ def predicted_vs_measured(groups: list[dict]) -> alt.Chart:
                   ["group", "what", "ms"])
     colors = [COMM, "#B9DDF3", EXPOSED, "#F2BE99"]  # measured, then a light tint for predicted
     return alt.Chart(long).mark_bar().encode(
-        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280, labelOverlap=False)),
+        y=alt.Y("group:N", sort=list(df["group"]), title=None, axis=alt.Axis(labelLimit=280, **EVERY_LABEL)),
         yOffset=alt.YOffset("what:N", sort=list(fields.values())),
         x=alt.X("ms:Q", title="ms per collective"),
         color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(fields.values()), range=colors)),
@@ -270,7 +275,7 @@ def memory(rows: list[dict], device_bytes: float | None = None, peak_bytes: floa
                 ["stage", "part", "bytes", "total_bytes", "amount", "total"])
     stages = list(dict.fromkeys(r["stage"] for r in rows))
     bars = alt.Chart(df).mark_bar().encode(
-        x=alt.X("stage:N", sort=stages, title="stage", axis=alt.Axis(labelOverlap=False, labelAngle=0)),
+        x=alt.X("stage:N", sort=stages, title="stage", axis=alt.Axis(**EVERY_LABEL, labelAngle=0)),
         y=alt.Y("amount:Q", title=f"model states per GPU ({unit})", stack="zero"),
         color=alt.Color("part:N", title=None, sort=["weights", "gradients", "optimizer"],
                         scale=alt.Scale(range=[COMPUTE, COMM, "#94a3b8"])),
@@ -300,7 +305,7 @@ def compare_steps(rows: list[dict], metric: str = "step_ms", title: str | None =
     """Two runs side by side per profiled step (by position), mean over ranks; ``title``: the y axis'."""
     df = _frame(rows, ["run", "step_index", "step", metric])
     return alt.Chart(df).mark_bar().encode(
-        x=alt.X("step_index:O", title="profiled step (position)", axis=alt.Axis(labelAngle=0, labelOverlap=False)),
+        x=alt.X("step_index:O", title="profiled step (position)", axis=alt.Axis(labelAngle=0, **EVERY_LABEL)),
         xOffset="run:N",
         y=alt.Y(f"{metric}:Q", title=title or metric.replace("_", " ")),
         color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY]),
@@ -314,7 +319,7 @@ def compare_groups(rows: list[dict], metric: str = "exposed_ms", title: str | No
     df = _frame(rows, ["run", "group", metric])
     groups = list(dict.fromkeys(r["group"] for r in rows))
     return alt.Chart(df).mark_bar().encode(
-        y=alt.Y("group:N", sort=groups, title=None, axis=alt.Axis(labelLimit=280, labelOverlap=False)),
+        y=alt.Y("group:N", sort=groups, title=None, axis=alt.Axis(labelLimit=280, **EVERY_LABEL)),
         yOffset="run:N",
         x=alt.X(f"{metric}:Q", title=title or metric.replace("_", " ")),
         color=alt.Color("run:N", title="run", scale=alt.Scale(range=[COMPUTE, MEMCPY]),

@@ -9,8 +9,10 @@ the late rank's own (the jitter every rank sees).
 
 A run always has a last rank somewhere: the rule fails or warns only when the same
 rank is late consistently, beyond the run's jitter: late (the others losing at least
-half of the typical loss) in at least 3 of 4 profiled steps (every step of a run of
-fewer than 4), the typical loss being the median over steps, and that typical loss
+half of the typical loss) in more steps than chance makes any one rank last in
+(``steps_needed``: every step of a run of fewer than 4, or of 2 ranks over 4 to 8
+steps; 3 of 4 would be a coin's 62 % for 2 ranks), the typical loss being the median
+over steps, and that typical loss
 over twice the run's jitter. The jitter is the largest of how much the loss itself
 varies from step to step (its standard deviation), how much each rank's compute per
 step varies (the median over ranks of its robust spread, 1.4826 x the median absolute
@@ -31,6 +33,7 @@ a slower device, idle time before the collectives).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 
@@ -42,7 +45,8 @@ from overlapscope.analyzer.predict import whatif
 from overlapscope.analyzer.predict.changes import Changes
 from overlapscope.analyzer.units import NS_PER_MS
 
-CONSISTENT_SHARE = 0.75  # of the profiled steps the late rank must be late in
+CONSISTENT_SHARE = 0.75  # of the profiled steps the late rank must be late in, at least
+CHANCE = 0.05  # the most that noise may have made the same rank late in that many steps
 TYPICAL_SHARE = 0.5  # late in a step: the others lose at least half of the median loss
 JITTER_TIMES = 2.0  # the median loss must exceed this many times the run's jitter
 REPLAYED_RANKS = 8  # the on-time what-if of a larger run replays the late rank and the slowest others
@@ -156,14 +160,29 @@ def jitter_ms(steps: list[dict], losses: list[float], apart: list[float]) -> flo
                statistics.median(apart) if apart else 0.0)
 
 
-def _consistent(losses: list[float], jitter: float) -> tuple[bool, float, int]:
+def steps_needed(steps: int, ranks: int) -> int:
+    """How many of ``steps`` profiled steps one rank must be late in to be late by more than
+    chance: noise makes some rank last in every step, the same one in k steps or more with
+    ``ranks`` x P(Binomial(steps, 1/ranks) >= k); the fewest k, and at least 75 % of the steps,
+    that chance is under 5 % for (every step where none is: 2 ranks need 4 of 4, or 9 of 10)."""
+    if steps < 4:
+        return steps
+    p = 1.0 / max(ranks, 2)
+    floor = math.ceil(CONSISTENT_SHARE * steps)
+    for k in range(floor, steps + 1):
+        at_least = sum(math.comb(steps, j) * p ** j * (1 - p) ** (steps - j) for j in range(k, steps + 1))
+        if max(ranks, 2) * at_least <= CHANCE:
+            return k
+    return steps
+
+
+def _consistent(losses: list[float], jitter: float, ranks: int) -> tuple[bool, float, int]:
     """Whether the late rank is late beyond the jitter: (consistent, median loss, steps late)."""
     if not losses:
         return False, 0.0, 0
     typical = statistics.median(losses)
     late_steps = sum(1 for v in losses if typical > 0 and v >= TYPICAL_SHARE * typical)
-    need = len(losses) if len(losses) < 4 else CONSISTENT_SHARE * len(losses)
-    return typical > JITTER_TIMES * jitter and late_steps >= need, typical, late_steps
+    return typical > JITTER_TIMES * jitter and late_steps >= steps_needed(len(losses), ranks), typical, late_steps
 
 
 def _on_time_gain(ctx: CheckContext, late: int) -> tuple[float | None, float | None, str | None]:
@@ -200,7 +219,7 @@ def straggler(ctx: CheckContext) -> Result:
     others = sorted(k for k in exposed if k != late)
     losses, apart = _losses(ctx, late, sorted(peered))
     jitter = jitter_ms(ctx.steps, losses, apart)
-    consistent, typical, late_steps = _consistent(losses, jitter)
+    consistent, typical, late_steps = _consistent(losses, jitter, len(peered))
     lost = max(0.0, typical)
     cause, why = _cause(ctx, late, others, lost)
     per_rank = ", ".join(f"rank {k} {fmt_ms(exposed[k])}" for k in sorted(exposed))
@@ -224,8 +243,9 @@ def straggler(ctx: CheckContext) -> Result:
     }
     if not consistent:
         evidence = (f"no rank is late consistently beyond the run's jitter ({fmt_ms(jitter)}: how much the loss and "
-                    f"the ranks' compute vary from step to step; late means in {100 * CONSISTENT_SHARE:.0f}% of the steps by "
-                    f"half the median loss, that loss over {JITTER_TIMES:g}x the jitter): " + evidence)
+                    f"the ranks' compute vary from step to step; late means by half the median loss in "
+                    f"{steps_needed(len(losses), len(peered))} of {len(losses)} steps, more than chance gives "
+                    f"{len(peered)} ranks, that loss over {JITTER_TIMES:g}x the jitter): " + evidence)
         return Result("pass", evidence, impact_ms=lost, details=details, fix=_fix(ctx, late, cause))
     status = grade(share, "straggler_fail", "straggler_warn")
     linked = gain is not None and status != "pass"

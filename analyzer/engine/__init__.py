@@ -38,7 +38,7 @@ from overlapscope.analyzer.engine.rank import (  # noqa: F401 (the engine's name
 from overlapscope.analyzer import tempdirs
 from overlapscope.analyzer.errors import UsageError
 from overlapscope.analyzer.engine import one
-from overlapscope.analyzer.ingest.inputs import Inputs, resolve
+from overlapscope.analyzer.ingest.inputs import Inputs, resolve, source_text
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 
 ENGINES = ("local", "ray")
@@ -152,7 +152,7 @@ def map_run(paths: list[str], detail: str, workers: int | None = None, engine: s
             return Mapped(loaded.con, loaded.run_id, inputs, [])
         with tempdirs.folder("results") as results_dir:
             con, run_id, results = map_and_reduce(inputs, detail, workers, engine, ray_address, limits, on_mapped,
-                                                  results_dir=results_dir, source=" ".join(paths))
+                                                  results_dir=results_dir, source=source_text(paths))
     finally:
         if not keep_sources:
             inputs.release()

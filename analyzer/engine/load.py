@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from overlapscope.analyzer.engine.local import run as run_local
 from overlapscope.analyzer.ingest.decode import DETAILS, RankData, decode_source
 from overlapscope.analyzer.ingest.consistency import check_ranks
-from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource, resolve
+from overlapscope.analyzer.ingest.inputs import Inputs, TraceSource, resolve, source_text
 from overlapscope.analyzer.ingest.limits import Limits, from_env as limits_from_env
 from overlapscope.contract.manifest import Manifest
 
@@ -75,7 +75,7 @@ def decode(paths: list[str], detail: str = "full", workers: int | None = None, o
         inputs.release()
     check_ranks(ranks, inputs.manifest, inputs.manifest_source)
     ranks.sort(key=lambda r: r.meta["rank"])
-    return Decoded(inputs, ranks, " ".join(paths))
+    return Decoded(inputs, ranks, source_text(paths))
 
 
 def store(con, decoded: Decoded, name: str | None = None, tags: dict | None = None, after=None,

@@ -18,7 +18,7 @@ size, for the same peak (544-623 MB, measured).
 from __future__ import annotations
 
 from overlapscope.analyzer.ingest import scan
-from overlapscope.analyzer.ingest.inputs import Inputs
+from overlapscope.analyzer.ingest.inputs import Inputs, source_text
 from overlapscope.analyzer.ingest.limits import Limits
 
 
@@ -57,7 +57,7 @@ def load_one(paths: list[str], inputs: Inputs, detail: str, limits: Limits, on_d
             on_decoded(1, 1)
         if data.events.num_rows < database.ONE_THREAD_MAX_ROWS:
             opened["con"].execute("SET threads = 1")
-        decoded = load.Decoded(inputs, [data], " ".join(paths))
+        decoded = load.Decoded(inputs, [data], source_text(paths))
         check_ranks(decoded.ranks, inputs.manifest, inputs.manifest_source)
         run_id = load.store(opened["con"], decoded)
     except BaseException:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 import zipfile
 from dataclasses import dataclass, field
 
@@ -23,10 +24,13 @@ from overlapscope.analyzer import tempdirs
 from overlapscope.analyzer.errors import InputError
 from overlapscope.analyzer.ingest import exported, files
 from overlapscope.analyzer.ingest.manifests import parse_manifest
-from overlapscope.analyzer.ingest.limits import ENV_MAX_MEMBERS, Limits, from_env as limits_from_env, mb
+from overlapscope.analyzer.ingest.limits import ENV_MAX_MEMBERS, ENV_MAX_TRACE_MB, Limits, from_env as limits_from_env, mb
 from overlapscope.contract.manifest import Manifest
 from overlapscope.contract.names import MANIFEST_FILE as MANIFEST_NAME
 TRACE_SUFFIXES = (".json", ".json.gz")
+STDIN = "-"  # the path that reads standard input
+STDIN_LABEL = "(stdin)"  # how errors and tables name it
+STDIN_CHUNK_BYTES = 1 << 20
 
 # The rank a file name carries: rank-3, rank_3, rank3, worker3 (docs/architecture.md, inputs).
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -155,6 +159,90 @@ def _refuse_special(path: str) -> None:
             raise InputError(path, f"{what}, not a file: give a trace file, a folder of them or a .zip")
 
 
+def _one(path: str, limits: Limits, temporary: list[str]) -> Inputs:
+    """What one path the user gave holds."""
+    if not files.exists(path):
+        raise InputError(path, "no such file or directory")
+    _refuse_special(path)
+    if files.isdir(path):
+        return _from_dir(path, limits)
+    if path.lower().endswith(".zip") or (not files.is_uri(path) and zipfile.is_zipfile(path)):
+        return _from_zip(path, limits)
+    if files.basename(path) == MANIFEST_NAME:
+        with files.open_binary(path) as f:
+            manifest_one, text = _read_manifest(f.read, files.size(path), path, limits)
+        return Inputs([], manifest_one, path, text)
+    if not files.is_uri(path) and exported.is_export(path):  # every rank in one file: split back
+        split = exported.split(path, limits)
+        temporary.append(split.folder)
+        return Inputs([TraceSource(files.join(split.bundle, n), label=f"{path}#{n}")
+                       for n in sorted(os.listdir(split.bundle)) if _is_trace_name(n)],
+                      split.manifest, f"{path}#manifest" if split.manifest else None, split.manifest_text)
+    return Inputs([TraceSource(path)])
+
+
+def source_text(paths: list[str]) -> str:
+    """The paths as a run's ``source`` names them (standard input as ``(stdin)``)."""
+    return " ".join(STDIN_LABEL if p == STDIN else p for p in paths)
+
+
+def spool_stdin(folder: str, limits: Limits, stream=None) -> str:
+    """Standard input's bytes in a file of ``folder`` named for what they are (.zip, .json.gz,
+    .json), under the cap of one trace file's bytes (a pipe has no size to check first)."""
+    stream = stream if stream is not None else sys.stdin.buffer
+    if getattr(stream, "isatty", lambda: False)():
+        raise InputError(STDIN_LABEL, "a terminal, not a trace: pipe one in (overlapscope analyze - < trace.json)")
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no descriptor (a stream made in memory)
+        mode = None
+    for test, what in _SPECIAL if mode is not None else ():
+        if test(mode) and what not in ("a FIFO", "a socket"):  # a pipe is a FIFO: what ``-`` is for
+            raise InputError(STDIN_LABEL, f"{what}, not a file: pipe a trace in or redirect one from a file")
+    head = stream.read(STDIN_CHUNK_BYTES)
+    spooled = os.path.join(folder, _sniffed_name(head))
+    if spooled.endswith(".json") and head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b""):
+        # refused from its first bytes: a pipe of anything else (``yes |``) would spool up to the cap
+        raise InputError(STDIN_LABEL, "not a Kineto trace: neither a JSON object nor a gzip or zip file")
+    read_bytes = 0
+    with open(spooled, "wb") as out:
+        while head:
+            read_bytes += len(head)
+            if read_bytes > limits.max_trace_bytes:
+                raise InputError(STDIN_LABEL, f"more than the limit of {mb(limits.max_trace_bytes)} "
+                                              f"(${ENV_MAX_TRACE_MB} raises it)")
+            out.write(head)
+            head = stream.read(STDIN_CHUNK_BYTES)
+    if read_bytes == 0:
+        raise InputError(STDIN_LABEL, "empty: nothing was piped in")
+    return spooled
+
+
+def _sniffed_name(head: bytes) -> str:
+    """A name for standard input's bytes that the resolver reads as what they are."""
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return "stdin.zip"
+    return "stdin.json.gz" if head.startswith(b"\x1f\x8b") else "stdin.json"
+
+
+def _from_stdin(limits: Limits, temporary: list[str], stream=None) -> Inputs:
+    """``-``: standard input, a trace (plain or gzip), a .zip of them or an export, spooled to a
+    temporary folder (``spool_stdin``), then read through the same door as a file; errors
+    name ``(stdin)``."""
+    folder = tempdirs.make("stdin")
+    temporary.append(folder)
+    spooled = spool_stdin(folder, limits, stream)
+    try:
+        found = _one(spooled, limits, temporary)
+    except InputError as err:
+        raise InputError(err.path.replace(spooled, STDIN_LABEL), err.problem.replace(spooled, STDIN_LABEL)) from None
+    found.sources = [TraceSource(s.path, s.member, label=s.display.replace(spooled, STDIN_LABEL))
+                     for s in found.sources]
+    if found.manifest_source:
+        found.manifest_source = found.manifest_source.replace(spooled, STDIN_LABEL)
+    return found
+
+
 def resolve(paths: list[str], limits: Limits | None = None) -> Inputs:
     """Expand files, directories and zips into trace sources (one per rank). An export is
     split into a temporary folder: the caller ``release``s the Inputs once loaded (they go
@@ -175,26 +263,10 @@ def resolve(paths: list[str], limits: Limits | None = None) -> Inputs:
 def _resolve(paths: list[str], limits: Limits, temporary: list[str]) -> Inputs:
     sources: list[TraceSource] = []
     manifest, manifest_source, manifest_text = None, None, None
+    if paths.count(STDIN) > 1:
+        raise InputError(STDIN_LABEL, "given twice: standard input can be read once")
     for path in paths:
-        if not files.exists(path):
-            raise InputError(path, "no such file or directory")
-        _refuse_special(path)
-        if files.isdir(path):
-            found = _from_dir(path, limits)
-        elif path.lower().endswith(".zip") or (not files.is_uri(path) and zipfile.is_zipfile(path)):
-            found = _from_zip(path, limits)
-        elif files.basename(path) == MANIFEST_NAME:
-            with files.open_binary(path) as f:
-                manifest_one, text = _read_manifest(f.read, files.size(path), path, limits)
-            found = Inputs([], manifest_one, path, text)
-        elif not files.is_uri(path) and exported.is_export(path):  # every rank in one file: split back
-            split = exported.split(path, limits)
-            temporary.append(split.folder)
-            found = Inputs([TraceSource(files.join(split.bundle, n), label=f"{path}#{n}")
-                            for n in sorted(os.listdir(split.bundle)) if _is_trace_name(n)],
-                           split.manifest, f"{path}#manifest" if split.manifest else None, split.manifest_text)
-        else:
-            found = Inputs([TraceSource(path)])
+        found = _from_stdin(limits, temporary) if path == STDIN else _one(path, limits, temporary)
         sources.extend(found.sources)
         if found.manifest is not None:
             if manifest is not None and found.manifest != manifest:

@@ -68,13 +68,13 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
     ``staging``: a staging folder made (and locked) by the caller (``apart.prepare``), else
     one is made here."""
     from overlapscope.analyzer import engine as engines
-    from overlapscope.analyzer.ingest.inputs import resolve
+    from overlapscope.analyzer.ingest.inputs import resolve, source_text
     from overlapscope.analyzer.ingest.limits import from_env
     from overlapscope.analyzer.runs import derive
 
     limits = limits or from_env()
     inputs = resolve(paths, limits)
-    source = " ".join(paths)
+    source = source_text(paths)
     if shown_from:
         inputs.sources = [dataclasses.replace(s, label=_shown(s.display, shown_from)) for s in inputs.sources]
         source = " ".join(_shown(p, shown_from) for p in paths)

@@ -130,6 +130,16 @@ def test_push_with_the_cli_stores_the_run_and_its_headline(server, tmp_path):
     status, detail = request(url, "GET", f"/runs/{answer['run_id']}")
     assert status == 200 and [r["rank"] for r in detail["rank_figures"]] == [0, 1]
     assert len(detail["findings"]) == len(RULE_IDS) and detail["headline"] == answer["headline"]
+    # the same run piped in as a zip (push -): the same headline
+    archive = tmp_path / "ddp.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for f in sorted((SAMPLES / "ddp").iterdir()):
+            zf.write(f, f.name)
+    with open(archive, "rb") as piped:
+        done = subprocess.run([*COMMAND, "push", url, "-", "--run", "cli-piped", "--token-file", str(token_file),
+                               "--json"], stdin=piped, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["headline"] == answer["headline"]
 
 
 def test_push_with_raw_http_single_file_and_zip(server):

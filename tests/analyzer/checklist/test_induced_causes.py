@@ -195,8 +195,10 @@ def test_fsdp_gathers_that_block_are_not_a_broken_prefetch(tmp_path):
     p = whatif([str(plain)], Changes(forward_prefetch=True), workers=2)
     assert p["predicted"]["gain_ms"] == pytest.approx(0.0, abs=1e-6), p["predicted"]
     assert any("cannot hide" in w for w in p["warnings"]), p["warnings"]
-    off = statistics.median(induced.step_ms(str(a)) for a, _ in pairs)
-    on = statistics.median(induced.step_ms(str(b)) for _, b in pairs)
+    # the fastest run of each (load only adds time: once a run without prefetch read
+    # 210 ms against 144 with it, and the medians of two pairs are their means)
+    off = min(induced.step_ms(str(a)) for a, _ in pairs)
+    on = min(induced.step_ms(str(b)) for _, b in pairs)
     # measured, 3 pairs each: alone 104-133 ms with prefetch against 97-120 without, in a loaded
     # suite 162-178 against 138-144; once (alone) 100 against 118: the pairs' noise is 15-20 %
     assert on >= 0.8 * off, (on, off)

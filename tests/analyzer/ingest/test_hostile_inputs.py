@@ -702,3 +702,88 @@ def test_a_device_is_refused_in_bounded_memory():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "a character device" in done.stderr
     assert int(done.stdout.split()[-1]) < 200 * 1024  # KiB: the process's peak, imports included
+
+
+def _piped(args: list[str], data: bytes, env: dict | None = None):
+    """The CLI in its own process with ``data`` on a real pipe as its standard input."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "overlapscope.cli", *args], input=data, capture_output=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def _stdin_folders() -> set[str]:
+    import glob
+    import tempfile
+
+    return set(glob.glob(f"{tempfile.gettempdir()}/overlapscope-stdin-*"))
+
+
+def test_standard_input_reads_a_trace_a_zip_and_an_export_like_their_files(tmp_path):
+    """``-`` takes a gzip trace, a .zip of ranks or a Perfetto export on a pipe: the same
+    figures as the files themselves, named (stdin), and no spooled copy left afterwards."""
+    a = write(GpuTrace(rank=0, world_size=2).step(1, 0, 1000).kernel(0, 600, step=1).comm(500, 400, step=1),
+              tmp_path / "rank-0.json.gz", gz=True)
+    b = write(GpuTrace(rank=1, world_size=2).step(1, 0, 1000).kernel(0, 400, step=1).comm(500, 400, step=1),
+              tmp_path / "rank-1.json.gz", gz=True)
+    archive = tmp_path / "run.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.write(a, "rank-0.json.gz")
+        zf.write(b, "rank-1.json.gz")
+    before = _stdin_folders()
+    for data, files, expected in ((open(a, "rb").read(), [a], ["(stdin)"]),
+                                  (archive.read_bytes(), [a, b], ["(stdin):rank-0.json.gz", "(stdin):rank-1.json.gz"])):
+        piped = _piped(["analyze", "-", "--json"], data)
+        assert piped.returncode == 0, piped.stderr
+        direct = _piped(["analyze", *files, "--json"], b"")
+        got, want = json.loads(piped.stdout), json.loads(direct.stdout)
+        assert got["run"]["files"] == expected
+        assert (got["headline"], got["ranks"], got["steps"]) == (want["headline"], want["ranks"], want["steps"])
+    export = tmp_path / "run.perfetto.json"
+    assert _piped(["export", a, b, "--perfetto", str(export)], b"").returncode == 0
+    piped = _piped(["analyze", "-", "--json"], export.read_bytes())
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["headline"] == want["headline"]
+    assert _stdin_folders() == before
+
+
+@pytest.mark.parametrize("case, data, env, problem", [
+    ("empty", b"", {}, "empty: nothing was piped in"),
+    ("over the cap", b"{" + b" " * (2 << 20), {"OVERLAPSCOPE_MAX_TRACE_MB": "1"}, "more than the limit of 1 MiB"),
+    ("not json", b"hello\n" * 10, {}, "not a Kineto trace"),
+    ("cut json", b'{"traceEvents": [' + b" " * 30, {}, "invalid JSON"),
+    ("twice", b"{}", {}, "given twice: standard input can be read once"),
+])
+def test_standard_input_is_refused_in_one_line_like_a_file(case, data, env, problem):
+    """The pipe goes through the door a file does: capped, refused in one line, nothing left."""
+    before = _stdin_folders()
+    done = _piped(["analyze", "-", *(["-"] if case == "twice" else [])], data, env)
+    err = done.stderr.decode()
+    assert done.returncode == 2 and err.count("\n") == 1 and err.startswith("overlapscope: error: (stdin): "), err
+    assert problem in err, err
+    assert _stdin_folders() == before
+
+
+def test_standard_input_from_a_device_is_refused_before_any_read():
+    """``- < /dev/zero`` would never end: the descriptor's mode is checked as a path's is."""
+    import subprocess
+    import sys
+
+    with open("/dev/zero", "rb") as zero:
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "overlapscope.cli", "analyze", "-"], stdin=zero,
+                              capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "(stdin): a character device, not a file" in done.stderr, done.stderr
+    assert time.monotonic() - start < 10
+
+
+def test_ingest_from_standard_input_stores_the_run(tmp_path):
+    db = tmp_path / "c.duckdb"
+    a = write(GpuTrace(rank=0, world_size=1).step(1, 0, 1000).kernel(0, 600, step=1), tmp_path / "rank-0.json")
+    done = _piped(["ingest", "-", "--run", "piped", "--db", str(db), "--json"], open(a, "rb").read())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["name"] == "piped"
+    listed = _piped(["history", "--db", str(db), "--json"], b"")
+    assert [r["name"] for r in json.loads(listed.stdout)["runs"]] == ["piped"]
