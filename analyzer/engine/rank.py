@@ -209,11 +209,19 @@ def _shipped(con, names: list[str], rank: int) -> dict[str, pa.Table]:
 # the 54 MB reference trace (3.0 MB compressed): at overlap, 32 ranks a worker, 5.4; at
 # full, 6 ranks a worker, 21 (benchmarks/bench_scale.py); rounded up.
 KEPT_PER_COMPRESSED_BYTE = {"overlap": 6, "attribution": 8, "full": 25}
+# What a group's kept events may take, about (its store spills beyond the worker's DuckDB
+# budget, 512 MiB). Groups grew with the ranks up to that budget, and the workers' peak
+# with them: an ingest of copies of the 54 MB reference trace peaked at 337 MB (largest
+# process) at 4 ranks and 476-481 MB at 16 (8 ranks a group), of the 35 MB control trace
+# at 228 and 328 MB. Groups of this size hold it flat: 272-273 MB and 228-242 MB; the
+# tree's peak at 64 ranks 625-628 MB against 970-1,037 MB, for 41-43 s becoming 45-50 s
+# (a process forked per group of one rank at ingest's detail; alternating runs).
+GROUP_BUDGET_BYTES = 128 * 2**20
 
 
 def group_tasks(tasks: list[RankTask], workers: int) -> list[list[RankTask]]:
-    """The ranks in groups for the workers: consecutive ranks whose kept events fit one
-    worker's budget together (estimated from their compressed sizes), and at least as
+    """The ranks in groups for the workers: consecutive ranks whose kept events fit a
+    group's budget together (``GROUP_BUDGET_BYTES``, estimated from their compressed sizes), and at least as
     many groups as workers, so that every worker has work. Once a run has more ranks
     than the workers' groups of the budget's size take, its groups are of that size
     whatever the count (the last takes what remains): a worker's peak is the same for
@@ -222,7 +230,7 @@ def group_tasks(tasks: list[RankTask], workers: int) -> list[list[RankTask]]:
 
     if not tasks:
         return []
-    budget = (tasks[0].memory_limit_bytes or DEFAULT_WORKER_MEMORY_MB * 2**20) // \
+    budget = min(GROUP_BUDGET_BYTES, tasks[0].memory_limit_bytes or DEFAULT_WORKER_MEMORY_MB * 2**20) // \
         KEPT_PER_COMPRESSED_BYTE[tasks[0].detail]
     sizes = [files.size(t.source.path) if t.source.member is None else 0 for t in tasks]
     per_group = max(1, min(len(tasks) // max(1, workers), max(1, budget // max(1, max(sizes)))))
