@@ -56,7 +56,10 @@ def _step(ddp, opt, batches, args, rank: int) -> None:
         time.sleep(args.sleep_ms / 1000)  # a straggler: late to every step (its data loading, say)
     for i, x in enumerate(batches):
         last = i == len(batches) - 1
-        if args.no_sync and not last:
+        if args.fsdp:  # FSDP2's no_sync: no reduce-scatter until the last micro-batch
+            ddp.set_requires_gradient_sync(last or not args.no_sync)
+            ddp(x).pow(2).mean().backward()
+        elif args.no_sync and not last:
             with ddp.no_sync():
                 ddp(x).pow(2).mean().backward()
         else:

@@ -38,17 +38,21 @@ class Backwards:
         return statistics.median(self.syncs.values()) if self.syncs else 0
 
 
-def backwards(rows: list[Collective], manifest) -> Backwards:
+def backwards(rows: list[Collective], manifest, marked: bool | None = None) -> Backwards:
     """Split each (rank, step)'s reductions (bucket all-reduces, or a unit's reduce-scatters)
-    into backward passes: micro-batch marks, else repeated ids, else the manifest."""
+    into backward passes: micro-batches (the tracer's marks, else the model's forward ranges),
+    else repeated ids, else the manifest. ``marked``: whether the run was traced with the
+    tracer's marks (a bundle with a manifest); None: where any bucket id was annotated."""
     steps: dict[tuple, list[Collective]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r.launch_ts_ns or r.start_ns, r.event_id)):
         if r.step is not None:
             steps[(r.rank, r.step)].append(r)
     rounds: dict[tuple, list[Collective]] = {}
     if any(r.microbatch is not None for r in rows):
-        # a raw trace's ids are all inferred: its micro-batches are DDP's forward ranges
-        source = "DDP's forward ranges" if all(r.inferred for r in rows) else "micro-batch marks"
+        # without the tracer (a raw trace: DDP's ids all inferred), the micro-batches are the
+        # model's forward ranges (collectives.sql, _co_fwd)
+        marked = any(not r.inferred for r in rows) if marked is None else marked
+        source = "micro-batch marks" if marked else "the model's forward ranges: DDP's forward, FSDP2's root pre-forward"
         for key, group in steps.items():
             for r in group:
                 rounds.setdefault(key + (r.microbatch,), []).append(r)
@@ -164,7 +168,7 @@ def _accum_fix(ctx: CheckContext) -> str:
 
 
 def _micro_batches(ctx: CheckContext, split: Backwards) -> int:
-    """Micro-batches per step: the manifest's, else the marks', else DDP's forward ranges per step
+    """Micro-batches per step: the manifest's, else the marks', else the model's forward ranges per step
     (the median step), else the reductions repeated per step."""
     marks = {(r.rank, r.step, r.microbatch) for r in ctx.rows if r.microbatch is not None and r.step is not None}
     per_marks = Counter(key[:2] for key in marks)
@@ -181,11 +185,12 @@ def accumulation_comm(ctx: CheckContext) -> Result:
         rows = _buckets(ctx)
     else:
         rows = [r for r in ctx.rows if r.kind == "fsdp_unit" and r.phase == "reduce_scatter"]
-    split = backwards(rows, ctx.manifest)
+    # FSDP's unit ids come from FSDP's own ranges, annotated with or without the tracer: its bundle's manifest says
+    split = backwards(rows, ctx.manifest, None if ctx.stage == "ddp" else ctx.analysis.info.has_manifest)
     m = _micro_batches(ctx, split)
     if m <= 1:
         return na("one micro-batch per step as far as the run shows (no micro-batch marks, no manifest "
-                  "accumulation_steps, one DDP forward per step, no reduction repeated within a step)", fix)
+                  "accumulation_steps, one forward of the model per step, no reduction repeated within a step)", fix)
     syncs = split.per_step()
     if ctx.stage == "ddp":
         if not rows:
@@ -202,5 +207,5 @@ def accumulation_comm(ctx: CheckContext) -> Result:
     gathers = [r for r in units if r.phase.endswith("allgather")]
     per_gather = len(gathers) / (len(per_step(gathers)) or 1)
     evidence = (f"{m} micro-batches per step: {per_gather:g} all-gathers per step and reduce-scatters in "
-                f"{syncs:g} micro-batches per step ({split.source})")
+                f"{syncs:g} micro-batch{'' if syncs == 1 else 'es'} per step ({split.source})")
     return Result("warn", evidence, fix=fix)

@@ -171,6 +171,8 @@ def aten_mask(names: list[str]) -> np.ndarray:
 # fsdp_backward     unit fqn     FSDP2 pre_backward / backward_prefetch / post_backward_*;
 #                                FSDP1 _pre_backward_hook, _post_backward_hook, backward prefetch
 # fsdp_forward      unit fqn     FSDP2 pre_forward / forward_prefetch; FSDP1 _pre_forward
+# fsdp_root_forward unit fqn     FSDP2 root_pre_forward: the whole model's forward begins (one per
+#                                micro-batch, as ddp_forward)
 # ddp_forward       -            DistributedDataParallel.forward
 # ddp_reducer       -            DDP's reducer ops around a bucket's all-reduce (the gradients divided
 #                                by the world, the bucket copied back into them): compute that only
@@ -192,7 +194,8 @@ _ROLE_RULES = (
     (re.compile(r"^FSDP::backward_prefetch for (.*)$"), "fsdp_backward", False),
     (re.compile(r"^FullyShardedDataParallel\.(?:_pre_backward_hook|_pre_backward_prefetch|"
                 r"_post_backward_prefetch|_post_backward_final_callback)$"), "fsdp_backward", False),
-    (re.compile(r"^FSDP::(?:pre_forward|root_pre_forward)(?: \((.*)\))?$"), "fsdp_forward", True),
+    (re.compile(r"^FSDP::root_pre_forward(?: \((.*)\))?$"), "fsdp_root_forward", True),
+    (re.compile(r"^FSDP::pre_forward(?: \((.*)\))?$"), "fsdp_forward", True),
     (re.compile(r"^FSDP::forward_prefetch for (.*)$"), "fsdp_forward", False),
     (re.compile(r"^FullyShardedDataParallel\.(?:_pre_forward|_pre_forward_prefetch)$"), "fsdp_forward", False),
     (re.compile(r"^DistributedDataParallel\.forward$"), "ddp_forward", False),

@@ -49,7 +49,7 @@ class RunAnalysis:
     lanes: dict = field(default_factory=dict)  # (rank, event_id) -> measure.waits.Lane: what the what-if replays
     comm_model: CommModel | None = None  # the prediction engine's comm model of the run (comm.py)
     plans: list = field(default_factory=list)  # its measured steps as plans (plan.py): what every prediction changes
-    forwards: dict = field(default_factory=dict)  # (rank, step) -> DDP forward ranges: micro-batches in a raw trace
+    forwards: dict = field(default_factory=dict)  # (rank, step) -> the model's forward ranges: micro-batches in a raw trace
     reducer: dict = field(default_factory=dict)  # (rank, step) -> ms of DDP's reducer ops (collectives.sql)
     grads: dict = field(default_factory=dict)  # (rank, step) -> when each gradient was ready (ns, collectives.sql)
 
@@ -285,7 +285,7 @@ def _memory(con, info: RunInfo, stage: str | None) -> list[dict]:
 
 
 def _forwards(con) -> dict[tuple[int, int], int]:
-    """DDP's forward ranges per (rank, step) (collectives.sql's step_forwards); none for a run
+    """The model's forward ranges (DDP's, FSDP2's root) per (rank, step) (collectives.sql's step_forwards); none for a run
     stored before they were kept."""
     if not sql.has_table(con, "step_forwards"):
         return {}

@@ -352,7 +352,7 @@ def plans(info, collectives, steps: list[dict], lanes: dict, model, forwards: di
     """One StepPlan per (rank, step) that has DDP buckets or FSDP units: ``collectives`` the
     run's measured collectives, ``steps`` its measured steps (analyze's rows), ``lanes`` each
     collective's piece of the comm lane (measure.waits.lanes), ``model`` its comm model,
-    ``forwards`` DDP's forward ranges per (rank, step): micro-batches where nothing else says;
+    ``forwards`` the model's forward ranges per (rank, step): micro-batches where nothing else says;
     ``reducer`` DDP's reducer ops per (rank, step), ms; ``grads`` when each gradient was ready per
     (rank, step), ns (the step's backward passes run one AccumulateGrad per parameter each)."""
     forwards, reducer, grads = forwards or {}, reducer or {}, grads or {}

@@ -135,16 +135,17 @@ SELECT r.rank,
                         WHERE a.run_id = r.run_id AND a.rank = r.rank AND a.role = 'ddp_forward')) AS ddp
 FROM ranks r WHERE r.run_id = getvariable('run_id');
 
--- _co_fwd: DDP's forward ranges of each step, numbered: where a step runs more than one (gradient
--- accumulation in a raw profiler trace, no micro-batch marks), the k-th forward starts micro-batch k.
+-- _co_fwd: the whole model's forward ranges of each step (DDP's forward, FSDP2's root pre-forward),
+-- numbered: where a step runs more than one (gradient accumulation in a raw profiler trace, no
+-- micro-batch marks), the k-th forward starts micro-batch k.
 CREATE OR REPLACE TEMP TABLE _co_fwd AS
 SELECT e.rank, e.step, e.ts_ns,
        (row_number() OVER (PARTITION BY e.rank, e.step ORDER BY e.ts_ns, e.event_id) - 1)::VARCHAR AS k,
        count(*) OVER (PARTITION BY e.rank, e.step) AS n
 FROM events e JOIN annotation_roles r USING (run_id, rank, name)
-WHERE e.run_id = getvariable('run_id') AND r.role = 'ddp_forward' AND e.step IS NOT NULL;
+WHERE e.run_id = getvariable('run_id') AND r.role IN ('ddp_forward', 'fsdp_root_forward') AND e.step IS NOT NULL;
 
--- step_forwards: per rank and step with DDP forward ranges, how many (the micro-batches of a raw trace).
+-- step_forwards: per rank and step with whole-model forward ranges, how many (the micro-batches of a raw trace).
 CREATE OR REPLACE TEMP TABLE step_forwards AS
 SELECT rank, step, max(n) AS forwards FROM _co_fwd GROUP BY ALL;
 

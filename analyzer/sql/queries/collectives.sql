@@ -21,7 +21,7 @@ LEFT JOIN comm_wait_hidden h ON h.rank = s.rank AND h.event_id = s.event_id
 ORDER BY s.rank, s.ts_ns, s.event_id;
 
 -- name: forwards
--- Per rank and step, DDP's forward ranges (DistributedDataParallel.forward): one per micro-batch.
+-- Per rank and step, the model's forward ranges (DistributedDataParallel.forward, FSDP::root_pre_forward): one per micro-batch.
 SELECT rank, step, forwards FROM step_forwards ORDER BY ALL;
 
 -- name: reducer
