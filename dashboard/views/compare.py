@@ -34,10 +34,10 @@ def default_b(runs: list[dict], a: dict) -> dict | None:
     stored just before A, else the one just after; None with A alone."""
     older = [r for r in runs if r["run_id"] < a["run_id"]]
     same = [r for r in older if r["name"] == a["name"]]
-    others = [r for r in runs if r["run_id"] != a["run_id"]]
     if same or older:
         return max(same or older, key=lambda r: r["run_id"])
-    return min(others, key=lambda r: r["run_id"]) if others else None
+    newer = [r for r in runs if r["run_id"] > a["run_id"]]
+    return min(newer, key=lambda r: r["run_id"]) if newer else None
 
 
 def _pick(ctx) -> tuple[dict, dict]:
