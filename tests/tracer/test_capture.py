@@ -106,7 +106,7 @@ def _compare_with_the_tracer(tmp_path):
 
 def test_an_fsdp2_script_under_torchrun_gets_its_units_and_accumulation(tmp_path):
     # without --calibrate: with it, rank 0 of this job was killed by SIGABRT once (a fresh-clone suite,
-    # 2026-12-06), after the bundle was written; 0 of 40 runs alone or beside two CPU hogs (issue 35's note)
+    # 2026-12-06), after the bundle was written; 0 of 44 runs alone or beside two CPU hogs (issue 35's note)
     done = capture(tmp_path / "cap", torchrun("fsdp_train.py", 2, "--steps", "7", "--accum", "2"),
                    "--steps", "2", "--skip", "2")
     assert done.returncode == 0, done.stderr[-2000:]
