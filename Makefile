@@ -51,7 +51,7 @@ test: $(VENV)/.dev
 	    echo "overlapscope: chromium is not installed, so the browser tests will skip (to run them: sudo apt-get install chromium, or any chromium on PATH)"; \
 	fi
 	@echo "overlapscope: running the test suite on 2 processes (about 9 to 11 minutes on 2 cores)"
-	$(PY) -m pytest -n 2 --dist loadfile -q
+	$(PY) -m pytest -n 2 --dist loadfile -q --durations=20
 
 # Holistic Trace Analysis in its own venv, to measure beside it (skipped when PyPI is unreachable).
 .bench/hta-venv/bin/python:

@@ -6,6 +6,7 @@ PyTorch itself writes. Usage: python tests/capture_ddp.py OUT_DIR [PORT]
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -38,6 +39,8 @@ def worker(rank: int, world: int, out: str, port: int) -> None:
             opt.step()
             opt.zero_grad()
             prof.step()
+    del ddp, model, opt, prof  # DDP before the group: see tests/tracer/plain/ddp_train.py
+    gc.collect()
     dist.destroy_process_group()
 
 

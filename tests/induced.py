@@ -18,6 +18,7 @@ overhead takes).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -120,6 +121,8 @@ def worker(rank: int, args: argparse.Namespace) -> None:
         after.append(time.perf_counter() - t0)
     with open(os.path.join(args.out, f"rank-{rank}.walls"), "w") as f:
         json.dump({"profiled_ms": [1e3 * w for w in walls[wait + warmup:]], "after_ms": [1e3 * w for w in after]}, f)
+    del ddp, model, opt, prof  # DDP before the group: see tests/tracer/plain/ddp_train.py
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -39,9 +39,18 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def capture(out: Path, job: list[str], *options: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([*OVERLAPSCOPE, "capture", "--out", str(out), *options, "--", *job],
-                          capture_output=True, text=True, timeout=timeout)
+def capture(out: Path, job: list[str], *options: str, timeout: int = 180) -> subprocess.CompletedProcess:
+    """The capture in a session of its own: on a timeout the whole job goes (torchrun and its
+    ranks too, which would otherwise load the rest of the suite), and the test says so."""
+    proc = subprocess.Popen([*OVERLAPSCOPE, "capture", "--out", str(out), *options, "--", *job],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the capture ran past {timeout} s and was killed; its stderr ends: {stderr[-1500:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def torchrun(script: str, ranks: int = 2, *args: str) -> list[str]:

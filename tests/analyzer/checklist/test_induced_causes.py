@@ -15,11 +15,12 @@ from the analyzer:
   suite; the wait would add the sleep, 30 or 150 ms). They may read lower: on 2 cores the late rank's transfers run
   while the others idle in their wait, faster than when all four compute (150 ms of
   sleep: 2.9 ms against 5.3-7.7 ms);
-- healthy runs (no cause), 2 and 4 ranks, 5 repeats each: no ``straggler`` fail;
+- healthy runs (no cause), 2 and 4 ranks, 5 repeats each (2 ranks: 8 profiled steps): no
+  ``straggler`` fail;
 - gradient accumulation over 4 micro-batches without ``no_sync``, a raw trace with no
   marks and no manifest: ``accumulation_comm`` fails, and ``whatif --no-sync``
-  predicts the step of the same script run with ``no_sync`` within 40 % (the median of
-  three interleaved pairs' ratios).
+  predicts a gain of at least 15 % within the sync run's own trace, and the step of the
+  same script run with ``no_sync`` within 1.5x (the median of three interleaved pairs).
 
 The model is small (4 Linear(128, 128), 16 rows) so that the straggler's sleep, not
 CPU contention, sets its cost: 4 ranks share 2 cores, and a sleeping rank gives the
@@ -29,6 +30,7 @@ About 110 s of captures on 2 cores (22 runs), in one module.
 
 from __future__ import annotations
 
+import json
 import socket
 import statistics
 import subprocess
@@ -84,7 +86,11 @@ def runs(tmp_path_factory) -> dict:
             n = len(out[f"sleep{sleep}"])
             out[f"sleep{sleep}"].append(_capture(root / f"sleep{sleep}-{n}", "--nproc", "4", "--sleep-rank",
                                                  str(SLEEP_RANK), "--sleep-ms", str(sleep), *SMALL))
-    out["healthy2"] = [_capture(root / f"healthy2-{i}", "--nproc", "2", *SMALL) for i in range(REPEATS)]
+    # 8 profiled steps: with 4, noise alone makes the same one of 2 ranks last in all of them in 1 run
+    # of 8 (2 x 1/2^4), leaving the rule only its jitter bound (a CI suite failed one of the 5 runs so);
+    # with 8, in 1 run of 128
+    out["healthy2"] = [_capture(root / f"healthy2-{i}", "--nproc", "2", "--active", "8", *SMALL)
+                       for i in range(REPEATS)]
     return out
 
 
@@ -120,7 +126,8 @@ def test_the_wait_is_not_counted_again_by_the_bucket_rules(runs, healthy_finding
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_healthy_runs_have_no_straggler(healthy_findings, ranks):
     found = [h["straggler"] for h in healthy_findings[f"healthy{ranks}"]]
-    assert all(f["status"] != "fail" for f in found), [(f["status"], f["details"], f["evidence"]) for f in found]
+    failed = [{k: f[k] for k in ("status", "impact_ms", "details", "evidence")} for f in found if f["status"] == "fail"]
+    assert not failed, json.dumps(failed)
 
 
 def test_raw_accumulation_is_seen_and_no_sync_is_predicted(tmp_path):
@@ -139,12 +146,29 @@ def test_raw_accumulation_is_seen_and_no_sync_is_predicted(tmp_path):
     assert _findings(no_sync)["accumulation_comm"]["status"] == "pass"
     # each pair's prediction against its own measured no_sync run (captured next to it, so under the
     # same load), and the median of those ratios: a loaded CI machine moved one pair's runs apart by 25 %
-    seen = [(whatif([str(s)], Changes(sync=False), workers=2)["predicted"]["step_ms"], induced.step_ms(str(n)),
-             induced.step_ms(str(s))) for s, n in pairs]
-    ratio = statistics.median(predicted / measured for predicted, measured, _ in seen)
-    # within 40 %: the predictions this guards against kept every micro-batch's all-reduce (a 0 ms gain:
-    # the sync run's step, 1.6-1.8x the no_sync one here), or were 4x the measured step (384.6 vs 93.9 ms)
-    assert 1 / 1.4 <= ratio <= 1.4, ("predicted, measured no_sync, measured sync (ms)", seen)
+    _assert_no_sync_predicted(pairs, least_gain=0.15)
+
+
+def _assert_no_sync_predicted(pairs, least_gain: float) -> None:
+    """The what-if on each sync run against the no_sync run captured next to it. Two bounds, because
+    a loaded CI machine moves the two runs of a pair apart (measured there, predicted against
+    no_sync: DDP 54.9/77.1, 58.4/87.4, 111.5/106.0 ms; FSDP2 386.7/231.5, 272.7/244.5 ms, each
+    sync run 1.3-1.9x its no_sync one):
+    - the gain, read within one trace (the sync run's traced step against the prediction from it),
+      at least ``least_gain``: what a prediction that kept every micro-batch's collectives (0 ms,
+      the bug this guards against) fails, whatever the load;
+    - the median ratio of predicted to measured no_sync step within 1.5x: what the 4x prediction
+      (384.6 vs 93.9 ms) fails."""
+    seen = []
+    for s, n in pairs:
+        p = whatif([str(s)], Changes(sync=False), workers=2)
+        seen.append({"traced_sync_ms": p["measured"]["step_ms"], "predicted_ms": p["predicted"]["step_ms"],
+                     "measured_no_sync_ms": induced.step_ms(str(n)), "measured_sync_ms": induced.step_ms(str(s))})
+    why = json.dumps(seen)
+    gain = statistics.median(1 - r["predicted_ms"] / r["traced_sync_ms"] for r in seen)
+    assert gain >= least_gain, why
+    ratio = statistics.median(r["predicted_ms"] / r["measured_no_sync_ms"] for r in seen)
+    assert 1 / 1.5 <= ratio <= 1.5, why
 
 
 def test_raw_fsdp_accumulation_is_seen_from_the_root_forwards_and_no_sync_is_predicted(tmp_path):
@@ -161,10 +185,7 @@ def test_raw_fsdp_accumulation_is_seen_from_the_root_forwards_and_no_sync_is_pre
     assert "4 micro-batches per step" in f["evidence"] and "reduce-scatters in 4 micro-batches" in f["evidence"], f
     assert "root pre-forward" in f["evidence"] and f["whatif"] == "--no-sync", f
     assert "reduce-scatters in 1 micro-batch per step" in _findings(pairs[0][1])["accumulation_comm"]["evidence"]
-    seen = [(whatif([str(s)], Changes(sync=False), workers=2)["predicted"]["step_ms"], induced.step_ms(str(n)),
-             induced.step_ms(str(s))) for s, n in pairs]
-    ratio = statistics.median(predicted / measured for predicted, measured, _ in seen)
-    assert 1 / 1.25 <= ratio <= 1.25, ("predicted, measured no_sync, measured sync (ms)", seen)
+    _assert_no_sync_predicted(pairs, least_gain=0.05)  # FSDP2 here: 13-17 % measured alone
 
 
 def test_a_raw_one_bucket_run_is_rebucketed_from_its_gradients(tmp_path):

@@ -1,5 +1,5 @@
 """Real 4- and 8-rank gloo DDP runs with a straggler: the tracer's example trainer, rank 2 sleeping
-60 ms before every backward (``--slow-rank 2 --slow-ms 60``).
+150 ms before every backward (``--slow-rank 2 --slow-ms 150``).
 
 By construction the other ranks wait for rank 2 in the bucket all-reduces; the
 sleep bounds what they can lose (they may compute during part of it on a loaded
@@ -10,6 +10,7 @@ model, no calibration, 2 profiled steps).
 from __future__ import annotations
 
 import gzip
+import json
 import re
 import shutil
 from decimal import Decimal
@@ -23,7 +24,9 @@ from overlapscope.analyzer.api import analyze, diagnose
 
 
 pytest.importorskip("torch")
-SLOW_RANK, SLOW_MS = 2, 60.0
+# 150 ms, not 60: with 60 the others lost 34 ms in a CI suite (2 profiled steps), within twice what
+# 4 processes on 2 busy cores vary by, and the rule rightly passed; 150 ms stands well clear of that
+SLOW_RANK, SLOW_MS = 2, 150.0
 
 
 def _capture(out, nproc: int, slow_rank: int, slow_ms: float = SLOW_MS) -> None:
@@ -58,7 +61,7 @@ def test_eight_real_ranks_name_the_late_one_and_fail(tmp_path):
     assert len(found) == 1, [f["id"] for f in result["findings"]]
     f = found[0]
     # every figure in the message: a failure on a loaded machine says which bound it broke
-    seen = (f["status"], f["details"], f["impact_ms"], result["headline"]["step_ms"], f["evidence"])
+    seen = json.dumps({"step_ms": result["headline"]["step_ms"], **{k: f[k] for k in ("status", "impact_ms", "details", "evidence")}})
     assert f["details"]["late_rank"] == 5 and f["status"] == "fail", seen
     assert f["impact_ms"] > 0.10 * result["headline"]["step_ms"], seen
     assert f["impact_ms"] <= 1.5 * 150, seen  # the sleep, and the late rank's work slowed by the shared cores
@@ -66,13 +69,14 @@ def test_eight_real_ranks_name_the_late_one_and_fail(tmp_path):
 
 def test_the_late_rank_is_named_and_the_rule_fails(straggler_run):
     f = next(f for f in diagnose([str(straggler_run)], workers=2)["findings"] if f["id"] == "straggler")
-    seen = (f["status"], f["impact_ms"], f["details"], f["evidence"])
+    # a string: pytest shortens a tuple's repr, and a failure must show every step's loss and the jitter
+    seen = json.dumps({k: f[k] for k in ("status", "impact_ms", "details", "evidence")})
     assert f["details"]["late_rank"] == SLOW_RANK, seen
     assert f["status"] == "fail", seen  # the others wait far over 10% of the step
     # what the others lose per step: most of the sleep, and not much more (the late rank's
     # own work also slows when 4 ranks share 2 busy cores: 72.2 ms measured once in a suite)
-    assert 0.4 * SLOW_MS <= f["impact_ms"] <= 1.5 * SLOW_MS
-    assert f["details"]["cause"] == "idle" and f"rank {SLOW_RANK}" in f["fix"]
+    assert 0.4 * SLOW_MS <= f["impact_ms"] <= 1.5 * SLOW_MS, seen
+    assert f["details"]["cause"] == "idle" and f"rank {SLOW_RANK}" in f["fix"], seen
 
 
 def _move_rank(src, dst, rank: int, shift_us: str, host: str) -> None:
