@@ -12,7 +12,10 @@ ranks (default 64) with ``distributedInfo`` rewritten: 13.8M events at 64 ranks,
 about 4,000 marks per step and rank before the timeline merges them. Without the
 reference traces, a sample bundle from ``sample_traces/`` is copied instead.
 
-Usage: python benchmarks/bench_dashboard.py [--ranks N] [--repeat N] [--keep-db]
+``--browser``: the same in Chromium against a real server (``overlapscope dashboard``), each
+page until it is drawn, charts included; a fresh server for each first visit.
+
+Usage: python benchmarks/bench_dashboard.py [--ranks N] [--repeat N] [--keep-db] [--browser]
 """
 
 from __future__ import annotations
@@ -124,6 +127,52 @@ def render_times(repeat: int) -> dict[str, dict[str, list[float]]]:
     return times
 
 
+TITLES = {"views/overview.py": "Overview", "views/timeline.py": "Timeline", "views/buckets.py": "Buckets & units",
+          "views/model.py": "Model", "views/checklist.py": "Checklist", "views/history.py": "History",
+          "views/compare.py": "Compare"}
+
+
+def browser_times(run_id: int, repeat: int) -> dict[str, dict[str, list[float]]]:
+    """Seconds until each page is drawn in Chromium, its charts included (the target as a
+    user sees it): for each page a fresh server (nothing cached), the Upload page first (the
+    app and the run list, no analysis), then the page; then every page in order in one
+    session, and again. Uses the browser tests' helpers (tests/dashboard)."""
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "server"), str(ROOT / "tests" / "dashboard")]
+    from playwright import sync_api
+    from test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, _settle, open_page
+    from test_dashboard_cli import start_server, stop_server
+
+    if CHROMIUM is None:
+        sys.exit("--browser needs chromium (apt-get install chromium)")
+    times: dict[str, dict[str, list[float]]] = {p: {} for p in PAGES}
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        for _ in range(repeat):
+            for page_path, title in TITLES.items():
+                proc, url = start_server(DB)
+                try:
+                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                    page.goto(f"{url}/upload?run={run_id}")
+                    _settle(page)
+                    times[page_path].setdefault("first visit", []).append(open_page(page, title))
+                    page.close()
+                finally:
+                    stop_server(proc)
+            proc, url = start_server(DB)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"{url}/upload?run={run_id}")
+                _settle(page)
+                for label in ("in order", "again"):
+                    for page_path, title in TITLES.items():
+                        times[page_path].setdefault(label, []).append(open_page(page, title))
+                page.close()
+            finally:
+                stop_server(proc)
+        browser.close()
+    return times
+
+
 def timeline_size() -> dict:
     """What the timeline page draws for the slowest step on its default ranks."""
     from overlapscope.analyzer import api
@@ -149,6 +198,8 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep-db", action="store_true", help="keep .bench/dashboard.duckdb afterwards")
+    parser.add_argument("--browser", action="store_true", help="time the pages in Chromium (a real server) "
+                        "instead of AppTest")
     args = parser.parse_args()
     RANKS, INPUT = args.ranks, BENCH / "inputs" / f"dashboard{args.ranks}"
     label = build_input()
@@ -158,8 +209,9 @@ def main() -> int:
     for what, (ranks, raw, drawn) in sizes.items():
         print(f"timeline, {what} ranks ({ranks}): {raw:,} marks in the step window, {drawn:,} drawn")
     load_before = os.getloadavg()[0]
-    times = render_times(args.repeat)
-    print(f"\npage render (AppTest, median of {args.repeat}; target < {TARGET_S:.0f} s; "
+    times = browser_times(run_id, args.repeat) if args.browser else render_times(args.repeat)
+    how = "Chromium, drawn" if args.browser else "AppTest"
+    print(f"\npage render ({how}, median of {args.repeat}; target < {TARGET_S:.0f} s; "
           f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} CPUs)")
     labels = ["first visit", "in order", "again"]
     print(f"{'page':<20}" + "".join(f"{label + ' (s)':>17}" for label in labels) + "  verdict")
