@@ -77,6 +77,14 @@ def _print_sweep(s: dict) -> None:
              "peak_gb": ((pt["memory"] or {}).get("predicted_peak_bytes") or 0) / 1e9 or None,
              "fits": (pt["memory"] or {}).get("fits")} for pt in s["points"] if pt["predicted"]]
     print(table(rows, SWEEP_COLUMNS))
+    # each point's notes once, with the values they hold for: a caveat of some points (no latency
+    # fitted, so smaller buckets flattered) must reach a reader who only reads the table
+    values: dict[str, list[str]] = {}
+    for pt in s["points"]:
+        for line in pt.get("warnings") or []:
+            values.setdefault(line, []).append(str(pt["value"]))
+    for line, where in values.items():
+        say(f"note ({', '.join(where)}): {clean(line)}")
 
 
 def _print_text(result: dict) -> None:
