@@ -77,11 +77,12 @@ def _answers(info, name: str, tokens: float | None) -> bool:
     return facts is not None and (tokens is None or tokens == facts.get("tokens"))
 
 
-def _stored(info, name: str, tokens: float | None) -> dict | None:
-    """The analysis ``name`` stored at ingest, when it answers for ``tokens``."""
+def _stored(info, name: str, tokens: float | None, leave_out: tuple[str, ...] = ()) -> dict | None:
+    """The analysis ``name`` stored at ingest, when it answers for ``tokens`` (without its keys
+    in ``leave_out``)."""
     from overlapscope.analyzer.store import runstore
 
-    return runstore.read_document(info.run_dir, name) if _answers(info, name, tokens) else None
+    return runstore.read_document(info.run_dir, name, leave_out) if _answers(info, name, tokens) else None
 
 
 def stored_json(con, run_id: int, name: str, tokens: float | None = None) -> Iterator[bytes] | None:
@@ -116,21 +117,24 @@ def buckets(paths: list[str], workers: int | None = None, tokens: float | None =
     return buckets_run(mapped.con, mapped.run_id, tokens)
 
 
-def buckets_run(con, run_id: int, tokens: float | None = None) -> dict:
+def buckets_run(con, run_id: int, tokens: float | None = None, leave_out: tuple[str, ...] = ()) -> dict:
     """``buckets`` for a run already in a store; a catalog's run answers with what ingest stored
-    (with other ``tokens``, its ranks' stored results are reduced again)."""
+    (with other ``tokens``, its ranks' stored results are reduced again). ``leave_out``: top-level
+    keys the caller does not read (the dashboard: ``collectives``, half a million rows at 256 ranks)."""
     from overlapscope.analyzer.predict import buckets as buckets_report
 
     info = run_info(con, run_id)
-    document = _stored(info, "buckets", tokens)
+    document = _stored(info, "buckets", tokens, leave_out)
     if document is not None:
         return {"run": info.describe(), **document}
     if info.stored:
         reduced, reduced_id = _reduced(info)
-        return {**buckets_run(reduced, reduced_id, tokens), "run": info.describe()}
-    info.require_events()
-    a = buckets_report.analysis(con, run_id, tokens)
-    return {"run": a.info.describe(), **buckets_report.report(a)}
+        result = {**buckets_run(reduced, reduced_id, tokens), "run": info.describe()}
+    else:
+        info.require_events()
+        a = buckets_report.analysis(con, run_id, tokens)
+        result = {"run": a.info.describe(), **buckets_report.report(a)}
+    return {k: v for k, v in result.items() if k not in leave_out}
 
 
 def diagnose(paths: list[str], workers: int | None = None, tokens: float | None = None, engine: str = "local",

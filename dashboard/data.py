@@ -98,8 +98,7 @@ def buckets(db: str, run_id: int, run_stamp: str) -> dict:
     """``buckets_run``: per bucket, unit and phase, with the model beside it (the pages read
     the summary, steps and model: the per-collective rows stay out of the cache)."""
     with connect(db) as con:
-        result = api.buckets_run(con, run_id)
-    return {k: v for k, v in result.items() if k != "collectives"}
+        return api.buckets_run(con, run_id, leave_out=("collectives",))
 
 
 @st.cache_data(show_spinner="Reading the checklist...", max_entries=32)
