@@ -127,11 +127,6 @@ def render_times(repeat: int) -> dict[str, dict[str, list[float]]]:
     return times
 
 
-TITLES = {"views/overview.py": "Overview", "views/timeline.py": "Timeline", "views/buckets.py": "Buckets & units",
-          "views/model.py": "Model", "views/checklist.py": "Checklist", "views/history.py": "History",
-          "views/compare.py": "Compare"}
-
-
 def browser_times(run_id: int, repeat: int) -> dict[str, dict[str, list[float]]]:
     """Seconds until each page is drawn in Chromium, its charts included (the target as a
     user sees it): for each page a fresh server (nothing cached), the Upload page first (the
@@ -142,13 +137,17 @@ def browser_times(run_id: int, repeat: int) -> dict[str, dict[str, list[float]]]
     from test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, _settle, open_page
     from test_dashboard_cli import start_server, stop_server
 
+    from overlapscope.dashboard.app import PAGES as MENU  # the menu's titles, which open_page clicks
+
+    titles = {path: title for pages in MENU.values() for path, title, _ in pages if path in PAGES}
+
     if CHROMIUM is None:
         sys.exit("--browser needs chromium (apt-get install chromium)")
     times: dict[str, dict[str, list[float]]] = {p: {} for p in PAGES}
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         for _ in range(repeat):
-            for page_path, title in TITLES.items():
+            for page_path, title in titles.items():
                 proc, url = start_server(DB)
                 try:
                     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -164,7 +163,7 @@ def browser_times(run_id: int, repeat: int) -> dict[str, dict[str, list[float]]]
                 page.goto(f"{url}/upload?run={run_id}")
                 _settle(page)
                 for label in ("in order", "again"):
-                    for page_path, title in TITLES.items():
+                    for page_path, title in titles.items():
                         times[page_path].setdefault(label, []).append(open_page(page, title))
                 page.close()
             finally:

@@ -248,8 +248,8 @@ def _note_no_latency(model, kind: str, measured: int, notes: list[str]) -> None:
     Linear(128, 128)): a 0.05 MB cap predicted 16-18 % faster than the 25 MB run it was
     replayed from, and measured 1.7-3.4x slower (30 ms of comm per step against 4.6)."""
     fit = model.fits.get(kind)
-    if fit is not None and fit.source in ("calibration", "trace"):
-        return  # a fit of two sizes or more: its latency, none included, is a measurement
+    if fit is not None and fit.fitted:
+        return
     notes.append(f"--bucket-mb: more buckets per pass than the run's {measured}, {NO_LATENCY} (no calibration, and "
                  f"this run's {kind} collectives fit none: one size, or times that do not grow with it): smaller buckets "
                  "are predicted optimistic; a capture with the tracer's calibration, or a run at another cap, fits one")

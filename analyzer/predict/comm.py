@@ -37,6 +37,12 @@ class Fit:
     source: str
     """calibration, trace, sources (the buckets report's W of the kind, no latency) or run (the run's W, no latency)."""
 
+    @property
+    def fitted(self) -> bool:
+        """alpha and W fitted on two sizes or more (calibration or trace): the latency, none
+        included, is a measurement; otherwise no latency term is known."""
+        return self.source in ("calibration", "trace")
+
 
 @dataclass(frozen=True)
 class Terms:
