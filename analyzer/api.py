@@ -193,7 +193,7 @@ def whatif_run(con, run_id: int, changes=None, sweep: tuple | None = None) -> di
         stored = whatif_stored(con, run_id)
         if stored is not None:
             return stored
-    a, info = _analysis(con, run_id)
+    a, info = whatif_analysis(con, run_id)
     return whatif_of(a, info, changes, sweep)
 
 
@@ -217,7 +217,18 @@ def whatif_stored(con, run_id: int, sweep_spec: str | None = None) -> dict | Non
 
 def whatif_analysis(con, run_id: int):
     """What ``whatif_of`` reads of a stored run: (RunAnalysis, RunInfo), plain data that a
-    caller may keep (the dashboard caches it per run) and predict from many times."""
+    caller may keep (the dashboard caches it per run) and predict from many times. A
+    catalog's run: the prediction engine's state that ingest stored (predict.state: its
+    plans, comm model and step rows, never its collectives); a run stored before it was
+    kept: its ranks reduced again."""
+    from overlapscope.analyzer.predict import state
+
+    info = run_info(con, run_id)
+    if info.stored:
+        _answers(info, "buckets", None)  # the run's files must be there
+        a = state.read(info.run_dir, info)
+        if a is not None:
+            return a, info
     return _analysis(con, run_id)
 
 

@@ -8,7 +8,8 @@ timestamps, correlation ids and step numbers (size). A rank's file is written as
 gzip members (header, the shared events, tail), so 256 ranks cost seconds to write.
 
 Every figure is a whole process (its workers included), measured in this run:
-``analyze``, ``ingest``, and the stored-run queries ``analyze|buckets|diagnose --run``.
+``analyze``, ``ingest``, and the stored-run queries ``analyze|buckets|diagnose|whatif --run``
+and ``whatif --run --bandwidth 2x`` (a change: predicted from the engine's stored state).
 The script prints a table and writes ``benchmarks/scale.svg`` (time and memory
 against ranks and size) and ``benchmarks/scale.json`` (a full run only: one with
 ``--ranks`` or ``--sizes-mb`` given prints its table and leaves them as they are).
@@ -136,9 +137,12 @@ def run_point(label: str, folder: Path, engine: str, hta: list[str] | None, hta_
     row["ingest_s"], row["ingest_mb"] = measure(CLI + ["ingest", str(folder), "--run", "bench", "--db", str(db)]
                                                 + engine_args)
     row["catalog_mb"] = disk_mb(db_dir)
-    for command in ("analyze", "buckets", "diagnose"):
+    for command in ("analyze", "buckets", "diagnose", "whatif"):
         row[f"{command}_run_s"], row[f"{command}_run_mb"] = measure(
             CLI + [command, "--run", "bench", "--db", str(db), "--json"])
+    # a what-if with a change: predicted from the engine's state stored at ingest (predict/state.py)
+    row["whatif_change_s"], row["whatif_change_mb"] = measure(
+        CLI + ["whatif", "--run", "bench", "--db", str(db), "--bandwidth", "2x", "--json"])
     if hta:
         row["hta_s"], row["hta_mb"] = measure(hta + [str(folder)], limit_s=hta_limit)
         if row["hta_s"] is None:  # killed at the limit: its peak so far is no figure
@@ -227,7 +231,8 @@ def main() -> int:
     hta = [args.hta_python, "-c", HTA_SCRIPT] if Path(args.hta_python).exists() else None
     rows = []
     header = (f"{'input':>12} {'ranks':>5} {'MB':>8} | {'analyze':>8} {'MB':>6} | {'ingest':>7} {'MB':>6} "
-              f"{'disk MB':>8} | {'an --run':>8} {'bk --run':>8} {'dg --run':>8} | {'HTA s':>7} {'HTA MB':>6}")
+              f"{'disk MB':>8} | {'an --run':>8} {'bk --run':>8} {'dg --run':>8} {'wi --run':>8} {'wi 2x':>8} | "
+              f"{'HTA s':>7} {'HTA MB':>6}")
     print(header)
     points = [(f"{r}x54MB", BENCH / f"ranks-{r}", r, 1) for r in _ints(args.ranks)]
     points += [(f"1x{s}MB", BENCH / f"size-{s}", 1, max(1, round(s * 1_000_000 / REFERENCE_BYTES))) for s in _ints(args.sizes_mb)]
@@ -240,7 +245,8 @@ def main() -> int:
             return format(v, fmt) if v is not None else "-".rjust(int(fmt.split(".")[0]))
         print(f"{label:>12} {row['ranks']:>5} {row['mb']:>8.0f} | {f(row['analyze_s'])} {row['analyze_mb']:>6.0f} | "
               f"{f(row['ingest_s'], '7.2f')} {row['ingest_mb']:>6.0f} {row['catalog_mb']:>8.1f} | "
-              f"{f(row['analyze_run_s'])} {f(row['buckets_run_s'])} {f(row['diagnose_run_s'])} | "
+              f"{f(row['analyze_run_s'])} {f(row['buckets_run_s'])} {f(row['diagnose_run_s'])} "
+              f"{f(row['whatif_run_s'])} {f(row['whatif_change_s'])} | "
               f"{f(row.get('hta_s'), '7.1f')} {row.get('hta_mb') or 0:>6.0f}", flush=True)
     defaults = {a.dest: a.default for a in parser._actions}
     if (args.ranks, args.sizes_mb) != (defaults["ranks"], defaults["sizes_mb"]):

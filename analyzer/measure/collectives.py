@@ -123,13 +123,36 @@ def _unit_name(kind: str, id_: str | None, inferred: bool, phase: str, orders: d
 _STATS_COLUMNS = ("rank", "step", "kind", "id", "phase", "collective", "bytes", "shard_only", "dtype", "group_size",
                   "microbatch", "offset_ns", "comm_ns", "exposed_ns", "inferred", "event_id", "ts_ns",
                   "cpu_launch_ts_ns", "ready_ns", "compute_before_ns", "compute_after_ns", "wait_ns", "exposed_wait_ns")
+# (offset_ns, comm_ns, exposed_ns, wait_ns and exposed_wait_ns arrive in milliseconds: _ms)
+
+
+# durations that become milliseconds (``<name>_ms``): integer nanoseconds from the SQL
+_MS_COLUMNS = ("offset_ns", "comm_ns", "exposed_ns", "wait_ns", "exposed_wait_ns")
+
+
+def _ms(column) -> list:
+    """A column of nanoseconds as milliseconds to the nanosecond (``units.ms`` of each value),
+    in one Arrow kernel for integer columns: ``n / 1e6`` is already ``round(n / 1e6, 6)`` for
+    an integer n below 2**53 (the division is correctly rounded, and the nearest double to a
+    number of 6 decimals rounds back to itself), so the 6 million ``round`` calls of a
+    1,024-rank run are left out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_integer(column.type):
+        return pc.divide(pc.cast(column, pa.float64()), float(NS_PER_MS)).to_pylist()
+    return [None if v is None else round(v / NS_PER_MS, MS_DIGITS) for v in column.to_pylist()]
 
 
 def compute(con, info: RunInfo) -> list[Collective]:
     """One row per collective transfer, in (rank, start) order.
 
-    Read a batch of columns at a time and built in one loop: 2.07 million rows of a
-    1,024-rank run took 13.0-15.9 s through a dict per row, 8.2-8.9 s here."""
+    Read a batch of columns at a time through Arrow and built in one loop: 2.07 million rows
+    of a 1,024-rank run took 13.0-15.9 s through a dict per row, 8.2-8.9 s with a loop over
+    column lists; the milliseconds are now divided in Arrow before the loop."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     sql.ensure(con, "collectives", run_id=info.run_id)
     query = "collectives.stats"
     if waits.peered(con, info.run_id):  # each transfer apart from its wait for the last peer
@@ -144,36 +167,39 @@ def compute(con, info: RunInfo) -> list[Collective]:
     # repeats every step on every rank). 1,024 ranks: 2.07 million rows, about 600 bytes each
     names: dict = {}
     numbers: dict = {}  # apart from names: True == 1 and hash alike
-    for batch in sql.column_batches(con, query):  # never every row at once
+    for part in sql.arrow_batches(con, query):  # never every row at once
+        columns = dict(zip(part.schema.names, part.columns))
+        batch = {name: (_ms(col) if name in _MS_COLUMNS else col.to_pylist()) for name, col in columns.items()}
         for column, shared in (("kind", names), ("id", names), ("phase", names), ("collective", names),
                                ("dtype", names), ("rank", numbers), ("step", numbers), ("bytes", numbers),
                                ("group_size", numbers)):
             batch[column] = list(map(shared.setdefault, batch[column], batch[column]))
-        batch.setdefault("compute_after_ns", [None] * len(batch["rank"]))  # a reduce stored before it was kept
-        for (rank, step, kind, id_, phase, collective, nbytes, shard_only, dtype, group, microbatch, offset_ns,
-             comm_ns, exposed_ns, inferred, event_id, ts_ns, launch_ns, ready_ns, before_ns,
-             after_ns, wait_ns, exposed_wait_ns) in zip(*(batch[c] for c in _STATS_COLUMNS)):
+        rows = len(batch["rank"])
+        batch.setdefault("compute_after_ns", [None] * rows)  # a reduce stored before it was kept
+        # the transfer: comm less the wait for the last peer (null where no peer was loaded),
+        # in ns for the bus bandwidth and in ms for the row, as _ms makes them
+        comm = columns["comm_ns"]
+        transfer = pc.subtract(comm, pc.coalesce(columns["wait_ns"], pa.scalar(0, comm.type)))
+        transfer_ns = transfer.to_pylist()
+        transfer_ms = _ms(pc.if_else(pc.is_null(columns["wait_ns"]), pa.nulls(rows, transfer.type), transfer))
+        for (rank, step, kind, id_, phase, collective, nbytes, shard_only, dtype, group, microbatch, offset_ms,
+             comm_ms, exposed_ms, inferred, event_id, ts_ns, launch_ns, ready_ns, before_ns,
+             after_ns, wait_ms, exposed_wait_ms, t_ns, t_ms) in zip(*(batch[c] for c in _STATS_COLUMNS),
+                                                                    transfer_ns, transfer_ms):
             group = group or defaults.get(collective or "", world)
             if shard_only and nbytes and group:  # nccl-tests' all-gather size is the gathered output
                 nbytes = numbers.setdefault(nbytes * group, nbytes * group)
             busbw = None
-            transfer_ns = comm_ns - wait_ns if wait_ns is not None else comm_ns
-            if nbytes and transfer_ns > 0 and collective and group and group > 1:
+            if nbytes and t_ns > 0 and collective and group and group > 1:
                 f = factor(collective, group)
                 if f is not None:  # nccl-tests bus bandwidth of the transfer, GB/s
-                    busbw = round(nbytes / (transfer_ns / NS_PER_S) * f / 1e9, 4)
+                    busbw = round(nbytes / (t_ns / NS_PER_S) * f / 1e9, 4)
             out.append(Collective(
                 rank=rank, step=step, kind=kind, id=_unit_name(kind, id_, inferred, phase, orders),
                 phase=phase, collective=collective, bytes=nbytes, dtype=dtype, group_size=group,
                 microbatch=int(microbatch) if microbatch is not None else None,
-                # units.ms inlined (6 million calls): comm_ns is never null (durations above 0)
-                offset_ms=None if offset_ns is None else round(offset_ns / NS_PER_MS, MS_DIGITS),
-                comm_ms=round(comm_ns / NS_PER_MS, MS_DIGITS),
-                exposed_ms=None if exposed_ns is None else round(exposed_ns / NS_PER_MS, MS_DIGITS),
-                wait_ms=None if wait_ns is None else round(wait_ns / NS_PER_MS, MS_DIGITS),
-                transfer_ms=None if wait_ns is None else round(transfer_ns / NS_PER_MS, MS_DIGITS),
-                exposed_wait_ms=None if exposed_wait_ns is None else round(exposed_wait_ns / NS_PER_MS, MS_DIGITS),
-                busbw_gbps=busbw,
+                offset_ms=offset_ms, comm_ms=comm_ms, exposed_ms=exposed_ms, wait_ms=wait_ms, transfer_ms=t_ms,
+                exposed_wait_ms=exposed_wait_ms, busbw_gbps=busbw,
                 inferred=bool(inferred), event_id=event_id,
                 start_ns=ts_ns, launch_ts_ns=launch_ns, ready_ns=ready_ns,
                 compute_before_ns=before_ns or 0, compute_after_ns=after_ns,

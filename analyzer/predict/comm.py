@@ -105,6 +105,13 @@ class CommModel:
                     self.fits[kind] = Fit(0.0, w_by_kind.get(kind) or w_bytes_per_s,
                                           "sources" if w_by_kind.get(kind) else "run")
 
+    @classmethod
+    def of_fits(cls, fits: dict[str, Fit]) -> "CommModel":
+        """The model of fits already made (a run's stored engine state, predict.state)."""
+        model = cls.__new__(cls)
+        model.fits = dict(fits)
+        return model
+
     def terms(self, kind: str, nbytes: float, gpus: int, w_scale: float = 1.0,
               w_bytes_per_s: float | None = None) -> Terms | None:
         """The model's time of one collective: at W x ``w_scale``, or at ``w_bytes_per_s``

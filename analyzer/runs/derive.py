@@ -17,18 +17,20 @@ from overlapscope.analyzer.headline import failed, headline
 from overlapscope.analyzer.measure import waits
 from overlapscope.analyzer.predict import buckets
 from overlapscope.analyzer.store import results
-from overlapscope.analyzer.predict import changes
+from overlapscope.analyzer.predict import changes, state
 
 
 def compute(con, run_id: int) -> dict:
     """A run's headline, findings and figures (what ``save`` stores), its ranks' clock
-    offsets, and its analyses as documents (``buckets``: the buckets result; ``diagnose``:
-    the checklist's), from a store that holds the run (the reduce's, for ingest).
+    offsets, its analyses as documents (``buckets``: the buckets result; ``diagnose``:
+    the checklist's) and the prediction engine's state (``engine_state``: predict.state's
+    bytes, None where it cannot be kept), from a store that holds the run (the reduce's, for ingest).
 
     Computed outside the catalog's single writer; the writer only saves them
     (``store.results.save``).
     """
     a = buckets.analysis(con, run_id)
+    engine_state = state.encode(a)  # before the checklist's predictions: what a fresh what-if reads
     diagnosed = checklist.diagnose(con, a)
     findings = diagnosed["findings"]
     summarized = buckets.summary(a.collectives)
@@ -41,7 +43,7 @@ def compute(con, run_id: int) -> dict:
             "documents": {"buckets": buckets.report(a, streamed=True, summarized=summarized),
                           "diagnose": {"headline": head, **diagnosed},
                           **_whatif(a)},
-            "tokens": a.tokens}
+            "tokens": a.tokens, "engine_state": engine_state}
 
 
 def _whatif(a) -> dict:

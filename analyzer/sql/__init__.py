@@ -282,6 +282,12 @@ def column_batches(con, name: str, /, batch: int = 20_000, **params) -> Iterator
         yield {field.name: column.to_pylist() for field, column in zip(part.schema, part.columns)}
 
 
+def arrow_batches(con, name: str, /, batch: int = 20_000, **params):
+    """A named query's rows as Arrow record batches of ``batch`` rows: for callers that
+    compute some columns in Arrow before building one object per row."""
+    return con.sql(query(name), params=params or None).to_arrow_reader(batch)
+
+
 def tuples(con, name: str, /, **params) -> list[tuple]:
     """A named query's rows as tuples."""
     return con.execute(query(name), params or None).fetchall()

@@ -254,6 +254,31 @@ def read_document(run_dir: str | os.PathLike, name: str, leave_out: tuple[str, .
     return {k: msgspec.json.decode(v) for k, v in raw.items() if k not in leave_out}
 
 
+ENGINE_STATE = "engine.msgpack.gz"  # the prediction engine's state of the run (predict.state)
+
+
+def write_engine_state(folder: str | os.PathLike, data: bytes) -> None:
+    """The prediction engine's state (opaque bytes, ``predict.state``) into the run's folder,
+    gzip through isal as the documents."""
+    from isal import isal_zlib
+
+    (Path(folder) / ENGINE_STATE).write_bytes(isal_zlib.compress(data, level=1, wbits=31))
+
+
+def read_engine_state(run_dir: str | os.PathLike) -> bytes | None:
+    """``write_engine_state``'s bytes; None where the run has none (stored before it was kept)
+    or its file does not inflate."""
+    path = Path(run_dir) / ENGINE_STATE
+    if not path.is_file():
+        return None
+    from isal import isal_zlib
+
+    try:
+        return isal_zlib.decompress(path.read_bytes(), wbits=31)
+    except isal_zlib.error:
+        return None
+
+
 def raw_files(run_dir: str | os.PathLike, table: str, ranks=None) -> list[str]:
     """The Parquet files of a raw table (of ``ranks``, or all), as paths for read_parquet."""
     folder = Path(run_dir) / RAW / table
