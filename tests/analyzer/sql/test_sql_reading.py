@@ -1,5 +1,5 @@
-"""Reading a named query's rows as column lists a batch at a time (``sql.column_batches``),
-against hand-built rows."""
+"""Reading a named query's rows as Arrow record batches (``sql.arrow_batches``), against
+hand-built rows."""
 
 from __future__ import annotations
 
@@ -47,9 +47,10 @@ def _in_order():
 
 
 @pytest.mark.parametrize("batch", [1, 3, 4, 1000])
-def test_column_batches_are_the_rows_in_order(con, batch):
+def test_arrow_batches_are_the_rows_in_order(con, batch):
     names = _names(con) + ["wait_ns", "exposed_wait_ns"]
-    parts = list(sql.column_batches(con, "collectives.stats", batch=batch))
+    parts = [{n: c.to_pylist() for n, c in zip(b.schema.names, b.columns)}
+             for b in sql.arrow_batches(con, "collectives.stats", batch=batch)]
     assert [len(p["rank"]) for p in parts] == [min(batch, 4 - i) for i in range(0, 4, batch)]
     assert all(list(p) == names for p in parts)  # every column, in the query's order
     rows = [row for p in parts for row in zip(*p.values())]
@@ -60,4 +61,4 @@ def test_column_batches_are_the_rows_in_order(con, batch):
 
 def test_an_empty_result_gives_no_batch(con):
     con.execute("DELETE FROM collective_stats")
-    assert list(sql.column_batches(con, "collectives.stats")) == []
+    assert list(sql.arrow_batches(con, "collectives.stats")) == []
