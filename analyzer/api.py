@@ -365,13 +365,18 @@ def has_analyses(con, run_id: int) -> bool:
     return info.stored or info.pruned_at is None
 
 
-def attribution(con, run_id: int) -> list:
+def attribution(con, run_id: int) -> list | None:
     """The bucket or unit, phase, bytes and exposed time of each collective of a stored run,
-    as ingest attributed them (measure.collectives.Collective rows)."""
+    as ingest attributed them (measure.collectives.Collective rows), for ``timeline`` to
+    draw; None for a run that keeps them as columns (``timeline`` then reads the rows of
+    the ranks it draws, never the whole run's)."""
     from overlapscope.analyzer.measure import collectives, timeline
+    from overlapscope.analyzer.store import runstore
 
     info = run_info(con, run_id)
     if info.stored:
+        if runstore.has_attribution(info.run_dir):
+            return None
         return timeline.stored_attribution(info) or []
     return [] if info.pruned_at is not None else collectives.compute(con, info)
 

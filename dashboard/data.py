@@ -78,9 +78,10 @@ def analysis(db: str, run_id: int, run_stamp: str) -> dict:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def attribution(db: str, run_id: int, run_stamp: str) -> list:
+def attribution(db: str, run_id: int, run_stamp: str) -> list | None:
     """The bucket or unit, phase, bytes and exposed time of each collective, as ingest
-    attributed them (``api.attribution``; shared, not copied: callers only read it)."""
+    attributed them (``api.attribution``; shared, not copied: callers only read it); None
+    for a run that keeps them as columns: the timeline reads its ranks' rows itself."""
     with connect(db) as con:
         return api.attribution(con, run_id)
 

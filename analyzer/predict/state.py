@@ -9,8 +9,9 @@ them, 8.7 s before its first prediction).
 
 Encoded with msgspec's MessagePack: floats and ints keep their type and bits, so a
 prediction from the stored state is the prediction from the fresh analysis, to the byte
-(``tests/analyzer/predict/test_engine_state.py``). A state of another ``FORMAT`` (a run
-stored by an older version) is not read: the what-if then reduces the run as before.
+(``tests/analyzer/predict/test_engine_state.py``). A state of another ``FORMAT`` or with
+other fields (a run stored by another version) is not read: the what-if then reduces
+the run's ranks again, as for a run stored before the state was kept.
 """
 
 from __future__ import annotations
@@ -25,7 +26,18 @@ from overlapscope.analyzer.predict.plan import DdpPass, FsdpPass, StepPlan
 from overlapscope.analyzer.store import runstore
 from overlapscope.analyzer.store.runinfo import RunInfo
 
-FORMAT = 1  # bump when a field of the plans, the fits or this record changes
+FORMAT = 1  # bump when what a field of the plans or the fits means changes
+
+
+def _schema() -> str:
+    """The names of the stored classes' fields, in order: a state written with other fields
+    (another version's plans) is not read, even where msgspec could fill in defaults."""
+    from dataclasses import fields
+
+    from overlapscope.analyzer.predict.plan import Unit, Xfer
+
+    return ";".join(f"{c.__name__}:" + ",".join(f.name for f in fields(c))
+                    for c in (StepPlan, DdpPass, FsdpPass, Unit, Xfer, Fit))
 
 
 class _Plan(msgspec.Struct, array_like=True):
@@ -39,6 +51,7 @@ class _Plan(msgspec.Struct, array_like=True):
 
 class _State(msgspec.Struct):
     format: int
+    schema: str  # _schema() of the version that wrote it
     fits: dict[str, Fit]
     plans: list[_Plan]
     overlap: dict  # measure.overlap.compute's rows, as the analysis read them
@@ -56,6 +69,7 @@ class _State(msgspec.Struct):
 
 class _Format(msgspec.Struct):
     format: int
+    schema: str
 
 
 def _plan(p: StepPlan) -> _Plan:
@@ -80,7 +94,7 @@ def encode(a: RunAnalysis) -> bytes | None:
         return None
     if any(not isinstance(x, DdpPass | FsdpPass) for p in a.plans for x in p.passes):
         return None
-    state = _State(FORMAT, a.comm_model.fits, [_plan(p) for p in a.plans], a.overlap, a.sources, a.stage,
+    state = _State(FORMAT, _schema(), a.comm_model.fits, [_plan(p) for p in a.plans], a.overlap, a.sources, a.stage,
                    a.grad_bytes, a.weight_bytes, a.steps, a.model, a.memory, a.tokens,
                    [(r, s, n) for (r, s), n in a.forwards.items()], [(r, s, ms) for (r, s), ms in a.reducer.items()])
     return msgspec.msgpack.encode(state)
@@ -90,7 +104,8 @@ def decode(data: bytes, info: RunInfo) -> RunAnalysis | None:
     """The RunAnalysis that the what-if reads, from ``encode``'s bytes (None: another format).
     It holds no collectives, lanes or gradient ready times (per collective or per
     gradient: the plans carry what the what-if reads of them)."""
-    if msgspec.msgpack.decode(data, type=_Format).format != FORMAT:
+    written = msgspec.msgpack.decode(data, type=_Format)
+    if (written.format, written.schema) != (FORMAT, _schema()):
         return None
     s = msgspec.msgpack.decode(data, type=_State)
     model = CommModel.of_fits(s.fits)

@@ -14,7 +14,7 @@ from overlapscope.analyzer import checklist
 from overlapscope.analyzer.predict import whatif
 from overlapscope.analyzer.errors import InputError, UsageError
 from overlapscope.analyzer.headline import failed, headline
-from overlapscope.analyzer.measure import waits
+from overlapscope.analyzer.measure import timeline, waits
 from overlapscope.analyzer.predict import buckets
 from overlapscope.analyzer.store import results
 from overlapscope.analyzer.predict import changes, state
@@ -23,8 +23,9 @@ from overlapscope.analyzer.predict import changes, state
 def compute(con, run_id: int) -> dict:
     """A run's headline, findings and figures (what ``save`` stores), its ranks' clock
     offsets, its analyses as documents (``buckets``: the buckets result; ``diagnose``:
-    the checklist's) and the prediction engine's state (``engine_state``: predict.state's
-    bytes, None where it cannot be kept), from a store that holds the run (the reduce's, for ingest).
+    the checklist's), the prediction engine's state (``engine_state``: predict.state's
+    bytes, None where it cannot be kept) and the collectives as the Timeline reads them
+    (``attribution``: Arrow tables, a row group each, for ``runstore.write_attribution``), from a store that holds the run (the reduce's, for ingest).
 
     Computed outside the catalog's single writer; the writer only saves them
     (``store.results.save``).
@@ -43,7 +44,8 @@ def compute(con, run_id: int) -> dict:
             "documents": {"buckets": buckets.report(a, streamed=True, summarized=summarized),
                           "diagnose": {"headline": head, **diagnosed},
                           **_whatif(a)},
-            "tokens": a.tokens, "engine_state": engine_state}
+            "tokens": a.tokens, "engine_state": engine_state,
+            "attribution": timeline.attribution_chunks(a.collectives)}
 
 
 def _whatif(a) -> dict:

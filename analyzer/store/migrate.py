@@ -197,6 +197,7 @@ def _to_run_store(con, derive) -> None:
                 runstore.write_document(staging.path, name, document, tokens=computed["tokens"])
             if (engine_state := computed.pop("engine_state", None)) is not None:
                 runstore.write_engine_state(staging.path, engine_state)
+            runstore.write_attribution(staging.path, computed.pop("attribution"))
             results.save(con, run_id, computed)
             data_dir = staging.publish()  # a failed upgrade leaves it unnamed: the next writer sweeps it
         except BaseException:

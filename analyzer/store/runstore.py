@@ -279,6 +279,39 @@ def read_engine_state(run_dir: str | os.PathLike) -> bytes | None:
         return None
 
 
+ATTRIBUTION = "attribution.parquet"  # the run's collectives as the timeline reads them (measure.timeline)
+
+
+def write_attribution(folder: str | os.PathLike, chunks) -> None:
+    """The run's collectives as columns (Arrow tables of one schema, a row group each, in rank
+    order) into one Parquet file, a chunk at a time; nothing written for no chunk."""
+    import pyarrow.parquet as pq
+
+    writer = None
+    try:
+        for chunk in chunks:
+            if writer is None:
+                writer = pq.ParquetWriter(Path(folder) / ATTRIBUTION, chunk.schema, **PARQUET_OPTIONS)
+            writer.write_table(chunk)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def has_attribution(run_dir: str | os.PathLike) -> bool:
+    return (Path(run_dir) / ATTRIBUTION).is_file()
+
+
+def read_attribution(run_dir: str | os.PathLike, ranks: list[int]):
+    """``write_attribution``'s rows of ``ranks`` (row groups of other ranks skipped by their
+    statistics); None where the run has none (stored before it was kept, or no collective)."""
+    import pyarrow.parquet as pq
+
+    if not has_attribution(run_dir):
+        return None
+    return pq.read_table(Path(run_dir) / ATTRIBUTION, filters=[("rank", "in", list(ranks))])
+
+
 def raw_files(run_dir: str | os.PathLike, table: str, ranks=None) -> list[str]:
     """The Parquet files of a raw table (of ``ranks``, or all), as paths for read_parquet."""
     folder = Path(run_dir) / RAW / table

@@ -192,3 +192,50 @@ def test_real_runs_stay_within_the_budget(dashboard_db):
                 assert w["end_ms"] - w["start_ms"] == pytest.approx(w["window_ms"], abs=1e-6)
                 assert w["start_ms"] - 1e-9 <= m["start_ms"] <= m["end_ms"] <= w["end_ms"] + 1e-6
     con.close()
+
+
+def test_a_stored_run_reads_its_ranks_attribution_as_columns(dashboard_db, tmp_path):
+    """Ingest keeps the run's collectives as the timeline reads them (one Parquet file, a row
+    group per few ranks): the timeline of a stored run reads the rows of the ranks it draws,
+    and draws what it draws from the collectives of the stored buckets document."""
+    import shutil
+
+    from overlapscope.analyzer.store import runstore
+    from overlapscope.analyzer.store.runinfo import run_info
+
+    con = runs.open_catalog(dashboard_db, read_only=True)
+    try:
+        for run in catalog.runs(con):
+            info = run_info(con, run["run_id"])
+            assert runstore.has_attribution(info.run_dir)
+            assert api.attribution(con, run["run_id"]) is None  # nothing for the dashboard to hold
+            from_document = timeline.stored_attribution(info)
+            assert from_document
+            for rank in sorted({r.rank for r in from_document}):
+                table = runstore.read_attribution(info.run_dir, [rank])
+                assert table.column("rank").to_pylist() == [r.rank for r in from_document if r.rank == rank]
+                assert table.column("event_id").to_pylist() == [r.event_id for r in from_document if r.rank == rank]
+            ranks = sorted({r.rank for r in from_document})
+            for step in timeline.steps(con, run["run_id"]):
+                for shown in ([ranks[0]], ranks):
+                    columns = timeline.timeline(con, run["run_id"], step["step"], shown)
+                    rows = timeline.timeline(con, run["run_id"], step["step"], shown, attribution=from_document)
+                    assert columns == rows
+                    assert any(m["coll_kind"] for m in columns["marks"] + columns["exposed"])
+    finally:
+        con.close()
+    # a run stored before the columns were kept: the document's rows, through the dashboard's call
+    copy = tmp_path / "old.duckdb"
+    shutil.copy(dashboard_db, copy)
+    shutil.copytree(runstore.store_dir(dashboard_db), runstore.store_dir(copy))
+    for path in runstore.store_dir(copy).glob(f"*/{runstore.ATTRIBUTION}"):
+        path.unlink()
+    con = runs.open_catalog(copy, read_only=True)
+    try:
+        run_id = catalog.runs(con)[0]["run_id"]
+        rows = api.attribution(con, run_id)
+        assert rows and rows == timeline.stored_attribution(run_info(con, run_id))
+        step = timeline.steps(con, run_id)[0]["step"]
+        assert timeline.timeline(con, run_id, step)["marks"]
+    finally:
+        con.close()
