@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from overlapscope.analyzer.engine import local
 from overlapscope.analyzer.engine.inplace import map_or_collect_group
 from overlapscope.analyzer.engine.rank import (  # noqa: F401 (the engine's names)
-    ENV_WORKER_MEMORY_MB, RankResult, RankTask, group_tasks, tasks_for, worker_memory_bytes,
+    ENV_WORKER_MEMORY_MB, RankResult, RankTask, group_tasks, tasks_for, worker_memory_bytes, reduce_memory_bytes,
 )
 from overlapscope.analyzer import tempdirs
 from overlapscope.analyzer.errors import UsageError
@@ -125,7 +125,7 @@ def map_and_reduce(inputs: Inputs, detail: str, workers: int | None = None, engi
     from overlapscope.analyzer.engine.reduce import reduce_results
 
     # ingest's reduce spills inside its staging folder (the catalog's disk, swept after a crash)
-    store = ReduceStore(os.path.join(out_dir, ".spill", "reduce") if out_dir else None)
+    store = ReduceStore(os.path.join(out_dir, ".spill", "reduce") if out_dir else None, reduce_memory_bytes(detail))
     try:
         results = map_ranks(inputs, detail, workers, engine, ray_address, out_dir=out_dir, limits=limits,
                             on_mapped=on_mapped, while_waiting=store.open, results_dir=results_dir)
@@ -166,14 +166,16 @@ class ReduceStore:
     opening it and creating the schema then overlap the map instead of following it. It
     opens once every worker has forked (``local._forked``): DuckDB's threads start then.
 
-    It has one worker's DuckDB budget (``worker_memory_bytes``) and spills beyond it to
+    It has a DuckDB budget of its own (``reduce_memory_bytes``) and spills beyond it to
     ``spill_dir`` (ingest: its staging folder), else to a temporary folder of its own
     (DuckDB removes it on close): its tables grow with the ranks (360 MiB at 256 ranks of
-    the reference trace for ``ingest``), the workers' stores do not."""
+    the reference trace for ``ingest``), the workers' stores do not (its budget per detail:
+    ``rank.DEFAULT_REDUCE_MEMORY_MB``)."""
 
-    def __init__(self, spill_dir: str | None = None):
+    def __init__(self, spill_dir: str | None = None, memory_bytes: int | None = None):
         self.con = None
         self.spill_dir = spill_dir
+        self.memory_bytes = memory_bytes or reduce_memory_bytes("full")
 
     def open(self) -> None:
         from overlapscope.analyzer.store import database
@@ -182,7 +184,7 @@ class ReduceStore:
         # folder around it goes at exit, or with the next load's sweep after a kill
         spill = self.spill_dir or os.path.join(tempdirs.make("reduce", until_exit=True), "duckdb")
         os.makedirs(os.path.dirname(spill), exist_ok=True)  # DuckDB makes the last folder only
-        self.con = database.connect(memory_limit_bytes=worker_memory_bytes(), spill_dir=spill)
+        self.con = database.connect(memory_limit_bytes=self.memory_bytes, spill_dir=spill)
 
     def take(self):
         con, self.con = self.con, None

@@ -103,15 +103,35 @@ ENV_WORKER_MEMORY_MB = "OVERLAPSCOPE_WORKER_MEMORY_MB"
 DEFAULT_WORKER_MEMORY_MB = 512  # a rank store's DuckDB budget; it spills beyond
 
 
-def worker_memory_bytes() -> int:
-    raw = os.environ.get(ENV_WORKER_MEMORY_MB)
+ENV_REDUCE_MEMORY_MB = "OVERLAPSCOPE_REDUCE_MEMORY_MB"
+# The reduce's DuckDB budget (engine.ReduceStore; it spills beyond), by the map's detail. Its
+# tables grow with the ranks. `analyze` (overlap) keeps a few rows per step and collective
+# instance: 1,024 ranks of the 47 MB reference trace peaked at 700 MB in its process with
+# 512 MiB (the tree 700 MB, 511 MB at 64 ranks), 381 MB with 192, 313 MB with 128 and
+# 280 MB with 96 (the tree 523-526 MB: its workers'), in 152-176 s against 187 s.
+# `ingest` (full) runs its analyses' SQL over every collective: with 192 MiB its 1,024
+# ranks took 593 s against 449 s for 1,900 against 2,127 MB, a peak set by the
+# collectives it holds as objects, so it keeps the workers' 512 MiB.
+DEFAULT_REDUCE_MEMORY_MB = {"overlap": 128}
+
+
+def _mb_setting(name: str, default: float) -> int:
+    raw = os.environ.get(name)
     try:
-        mb = float(raw) if raw else DEFAULT_WORKER_MEMORY_MB
+        mb = float(raw) if raw else default
     except ValueError:
-        raise UsageError(f"${ENV_WORKER_MEMORY_MB} must be a number of MB, got {raw!r}") from None
-    if mb < 64:
-        raise UsageError(f"${ENV_WORKER_MEMORY_MB} must be at least 64 MB, got {raw}")
+        raise UsageError(f"${name} must be a number of MB, got {raw!r}") from None
+    if not mb >= 64:  # nan too
+        raise UsageError(f"${name} must be at least 64 MB, got {raw}")
     return int(mb * 2**20)
+
+
+def worker_memory_bytes() -> int:
+    return _mb_setting(ENV_WORKER_MEMORY_MB, DEFAULT_WORKER_MEMORY_MB)
+
+
+def reduce_memory_bytes(detail: str) -> int:
+    return _mb_setting(ENV_REDUCE_MEMORY_MB, DEFAULT_REDUCE_MEMORY_MB.get(detail, DEFAULT_WORKER_MEMORY_MB))
 
 
 def tasks_for(inputs: Inputs, detail: str, limits: Limits, workers: int, out_dir: str | None = None,

@@ -19,6 +19,7 @@ from overlapscope.analyzer import api, sql
 from overlapscope.analyzer.engine import map_run
 from overlapscope.analyzer.sql.params import RANK_SCRIPTS, script_params
 from overlapscope.analyzer.engine.load import load
+from overlapscope.analyzer.errors import UsageError
 
 BUNDLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and any(p.glob("rank-*")))
 REFERENCES = sorted(str(p) for p in REFERENCE.glob("gpu_*/*.json.gz")) if REFERENCE.is_dir() else []
@@ -382,16 +383,25 @@ def test_a_store_never_draws_a_progress_bar_on_stdout(tmp_path):
     assert out.stdout == ""
 
 
-def test_the_reduce_store_has_one_workers_budget_and_answers_the_same(monkeypatch):
-    """The reduce's store grows with the ranks: it gets one worker's DuckDB budget and
-    spills beyond it, with the same figures as without a budget."""
+def test_the_reduce_store_has_its_own_budget_and_answers_the_same(monkeypatch):
+    """The reduce's store grows with the ranks: it gets a DuckDB budget of its own
+    (OVERLAPSCOPE_REDUCE_MEMORY_MB, not the workers') and spills beyond it, with the same
+    figures as with a large budget."""
     import os
 
     from overlapscope.analyzer.engine import ENV_WORKER_MEMORY_MB
+    from overlapscope.analyzer.engine.rank import DEFAULT_REDUCE_MEMORY_MB, ENV_REDUCE_MEMORY_MB
 
     path = str(SAMPLES / "hsdp_2x2")
+    monkeypatch.setenv(ENV_REDUCE_MEMORY_MB, "4096")
     free = api.analyze_run(*_con_and_id(map_run([path], "overlap")))
-    monkeypatch.setenv(ENV_WORKER_MEMORY_MB, "100")
+    monkeypatch.delenv(ENV_REDUCE_MEMORY_MB)
+    monkeypatch.setenv(ENV_WORKER_MEMORY_MB, "100")  # the workers' budget is not the reduce's
+    mapped = map_run([path], "overlap")
+    limit, = mapped.con.sql("SELECT current_setting('memory_limit')").fetchall()[0]
+    assert limit == f"{DEFAULT_REDUCE_MEMORY_MB['overlap']:.1f} MiB"
+    mapped.con.close()
+    monkeypatch.setenv(ENV_REDUCE_MEMORY_MB, "100")
     mapped = map_run([path], "overlap")
     (limit, spill), = mapped.con.sql("SELECT current_setting('memory_limit'), current_setting('temp_directory')"
                                      ).fetchall()
@@ -399,6 +409,15 @@ def test_the_reduce_store_has_one_workers_budget_and_answers_the_same(monkeypatc
     assert api.analyze_run(*_con_and_id(mapped)) == free
     mapped.con.close()
     assert not os.path.exists(spill)  # DuckDB removes the folder it made
+
+
+@pytest.mark.parametrize("value", ["abc", "10", "nan"])
+def test_a_bad_reduce_budget_is_one_line(monkeypatch, value):
+    from overlapscope.analyzer.engine.rank import ENV_REDUCE_MEMORY_MB
+
+    monkeypatch.setenv(ENV_REDUCE_MEMORY_MB, value)
+    with pytest.raises(UsageError, match="OVERLAPSCOPE_REDUCE_MEMORY_MB must be"):
+        map_run([str(SAMPLES / "ddp")], "overlap")
 
 
 def _con_and_id(mapped):
