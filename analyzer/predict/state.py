@@ -89,7 +89,8 @@ def _step_plan(rec: _Plan) -> StepPlan:
 
 def encode(a: RunAnalysis) -> bytes | None:
     """The what-if's state of analysis ``a`` as bytes; None where it cannot be stored as
-    it is (a plan already carrying a prediction's terms: then the what-if reduces the run)."""
+    it is (a plan already carrying a prediction's terms, a value MessagePack cannot hold):
+    then the what-if reduces the run's ranks again, and ingest never fails for it."""
     if a.comm_model is None or any(x.terms is not None for p in a.plans for x in p.xfers):
         return None
     if any(not isinstance(x, DdpPass | FsdpPass) for p in a.plans for x in p.passes):
@@ -97,7 +98,10 @@ def encode(a: RunAnalysis) -> bytes | None:
     state = _State(FORMAT, _schema(), a.comm_model.fits, [_plan(p) for p in a.plans], a.overlap, a.sources, a.stage,
                    a.grad_bytes, a.weight_bytes, a.steps, a.model, a.memory, a.tokens,
                    [(r, s, n) for (r, s), n in a.forwards.items()], [(r, s, ms) for (r, s), ms in a.reducer.items()])
-    return msgspec.msgpack.encode(state)
+    try:
+        return msgspec.msgpack.encode(state)
+    except (TypeError, msgspec.EncodeError):  # a value MessagePack cannot hold: the run is stored without
+        return None
 
 
 def decode(data: bytes, info: RunInfo) -> RunAnalysis | None:

@@ -108,3 +108,18 @@ def test_a_state_this_version_cannot_read_is_reduced_again(catalog, content):
             (run_dir / runstore.ENGINE_STATE).write_bytes(good)
     finally:
         con.close()
+
+
+def test_a_state_that_cannot_be_encoded_is_not_stored():
+    """Ingest never fails for the state: a value MessagePack cannot hold leaves the run
+    without one (its what-if then reduces the ranks again)."""
+    import numpy as np
+
+    from overlapscope.analyzer.engine import map_run
+    from overlapscope.analyzer.predict import buckets
+
+    mapped = map_run([str(SAMPLES / "ddp")], "attribution", 1)
+    a = buckets.analysis(mapped.con, mapped.run_id)
+    assert state.encode(a) is not None
+    a.sources["odd"] = np.float32(1.0)  # not a type msgspec encodes
+    assert state.encode(a) is None
