@@ -163,12 +163,13 @@ def diagnose_run(con, run_id: int, tokens: float | None = None) -> dict:
     return {"run": a.info.describe(), "headline": headline(a.overlap, failed(result["findings"])), **result}
 
 
-def _analysis(con, run_id: int, tokens: float | None = None):
+def _analysis(con, run_id: int, tokens: float | None = None, info=None):
     """The buckets report's RunAnalysis of a run in a store; a catalog's run from its ranks'
-    stored results (reduced again: the what-if reads the collectives' internal times)."""
+    stored results (reduced again: the what-if reads the collectives' internal times).
+    ``info``: the run's RunInfo where the caller read it."""
     from overlapscope.analyzer.predict import buckets as buckets_report
 
-    info = run_info(con, run_id)
+    info = info or run_info(con, run_id)
     if info.stored:
         _answers(info, "buckets", None)  # the run's files must be there
         reduced, reduced_id = _reduced(info)
@@ -229,7 +230,7 @@ def whatif_analysis(con, run_id: int):
         a = state.read(info.run_dir, info)
         if a is not None:
             return a, info
-    return _analysis(con, run_id)
+    return _analysis(con, run_id, info=info)
 
 
 def whatif_of(a, info, changes=None, sweep: tuple | None = None) -> dict:

@@ -102,6 +102,22 @@ def stored_attribution(info) -> list[Collective] | None:
     return msgspec.json.decode(data, type=_StoredCollectives).collectives
 
 
+def _attribution_of(con, info, shown: list[int], attribution: list[Collective] | None) -> pa.Table:
+    """timeline.sql's ``timeline_attribution`` for the ``shown`` ranks: the caller's rows; else a
+    stored run's columns of those ranks (a run stored before they were kept: its buckets
+    document's rows); else the collectives computed here."""
+    if attribution is None and info.stored:
+        table = stored_attribution_table(info, shown)
+        if table is not None:
+            return table
+        attribution = stored_attribution(info)
+    if attribution is None:
+        from overlapscope.analyzer.measure import collectives
+
+        attribution = collectives.compute(con, info)
+    return _attribution_table(attribution, set(shown))
+
+
 def _read_stored(con, info, step: int, ranks: list[int]) -> None:
     """A stored run's rows for this timeline, from its run store: the shown ranks' events in
     the step's window and their tracks (Parquet, read in place), and the clock offsets
@@ -203,18 +219,7 @@ def timeline(con, run_id: int, step: int, ranks: list[int] | None = None,
     if info.stored:
         info.require_events()
         _read_stored(con, info, int(step), shown)
-    table = None
-    if attribution is None and info.stored:
-        table = stored_attribution_table(info, shown)
-        if table is None:  # a run stored before its attribution was kept as columns
-            attribution = stored_attribution(info)
-    if table is None and attribution is None:
-        from overlapscope.analyzer.measure import collectives
-
-        attribution = collectives.compute(con, info)
-    if table is None:
-        table = _attribution_table(attribution, set(shown))
-    con.register("timeline_attribution", table)  # the script's input
+    con.register("timeline_attribution", _attribution_of(con, info, shown, attribution))  # the script's input
     try:
         sql.ensure(con, "timeline", run_id=run_id, step=int(step), ranks=shown, max_marks=int(max_marks),
                    aligned=bool(aligned))

@@ -95,11 +95,7 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
             computed = derive.compute(con, run_id)
         finally:
             con.close()
-        for name, document in computed.pop("documents").items():
-            runstore.write_document(staging.path, name, document, tokens=computed["tokens"])
-        if (engine_state := computed.pop("engine_state", None)) is not None:
-            runstore.write_engine_state(staging.path, engine_state)
-        runstore.write_attribution(staging.path, computed.pop("attribution"))
+        runstore.write_derived(staging.path, computed)
     except OSError as err:  # writing the ranks' files: the disk is full
         staging.discard()
         raise _write_error(catalog_path, err) from None

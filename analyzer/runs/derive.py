@@ -25,7 +25,8 @@ def compute(con, run_id: int) -> dict:
     offsets, its analyses as documents (``buckets``: the buckets result; ``diagnose``:
     the checklist's), the prediction engine's state (``engine_state``: predict.state's
     bytes, None where it cannot be kept) and the collectives as the Timeline reads them
-    (``attribution``: Arrow tables, a row group each, for ``runstore.write_attribution``), from a store that holds the run (the reduce's, for ingest).
+    (``attribution``: Arrow tables, a row group each), from a store that holds the run (the
+    reduce's, for ingest); ``runstore.write_derived`` writes the last three.
 
     Computed outside the catalog's single writer; the writer only saves them
     (``store.results.save``).

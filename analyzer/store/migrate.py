@@ -193,11 +193,7 @@ def _to_run_store(con, derive) -> None:
                 counts = {"events": r.pop("events"), "dropped": json.loads(r.pop("dropped_events") or "{}")}
                 runstore.write_results(staging.path, _Stored(r, counts, tables, scripts))
             computed = derive(con, run_id)
-            for name, document in computed.pop("documents").items():
-                runstore.write_document(staging.path, name, document, tokens=computed["tokens"])
-            if (engine_state := computed.pop("engine_state", None)) is not None:
-                runstore.write_engine_state(staging.path, engine_state)
-            runstore.write_attribution(staging.path, computed.pop("attribution"))
+            runstore.write_derived(staging.path, computed)
             results.save(con, run_id, computed)
             data_dir = staging.publish()  # a failed upgrade leaves it unnamed: the next writer sweeps it
         except BaseException:

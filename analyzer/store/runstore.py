@@ -254,6 +254,17 @@ def read_document(run_dir: str | os.PathLike, name: str, leave_out: tuple[str, .
     return {k: msgspec.json.decode(v) for k, v in raw.items() if k not in leave_out}
 
 
+def write_derived(folder: str | os.PathLike, computed: dict) -> None:
+    """What ingest derived beside the catalog's rows (``runs.derive.compute``), taken out of
+    ``computed``: its analyses as documents, the prediction engine's state (where it could be
+    kept) and the collectives as the Timeline reads them."""
+    for name, document in computed.pop("documents").items():
+        write_document(folder, name, document, tokens=computed["tokens"])
+    if (engine_state := computed.pop("engine_state", None)) is not None:
+        write_engine_state(folder, engine_state)
+    write_attribution(folder, computed.pop("attribution"))
+
+
 ENGINE_STATE = "engine.msgpack.gz"  # the prediction engine's state of the run (predict.state)
 
 
