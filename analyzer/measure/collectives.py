@@ -1,18 +1,24 @@
 """Per-collective attribution: ``sql/collectives.sql`` as typed rows.
 
-One ``Collective`` per transfer (a GPU collective kernel or a gloo span): its
-DDP bucket or FSDP unit and phase, bytes, comm and exposed time, and bus
-bandwidth. The SQL attributes; this module finishes what needs the manifest:
-group sizes where the trace gives none (gloo), an all-gather's shard-only size
-times its group, nccl-tests bus bandwidth, and FSDP1's unnamed units named in
-the manifest's order. Rows are immutable: the model's predictions come back as
-new rows (``predict.exposure``).
+One row per transfer (a GPU collective kernel or a gloo span): its DDP bucket or
+FSDP unit and phase, bytes, comm and exposed time, and bus bandwidth; the fields
+are ``Collective``'s. The SQL attributes; this module finishes what needs the
+manifest: group sizes where the trace gives none (gloo), an all-gather's
+shard-only size times its group, nccl-tests bus bandwidth, and FSDP1's unnamed
+units named in the manifest's order.
+
+``compute`` returns a run's rows as columns (``Collectives``: about 200 bytes a
+row, where a ``Collective`` object and its numbers took about 600), read row by
+row through short-lived views; the rows are read only but for the model's two
+prediction columns, which ``predict.exposure`` fills in place.
 """
 
 from __future__ import annotations
 
+import array
+import itertools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -77,9 +83,12 @@ JSON_FIELDS = tuple(f.name for f in msgspec.structs.fields(Collective) if f.name
 _json_values = operator.attrgetter(*JSON_FIELDS)
 
 
-def as_json(rows: list[Collective]) -> list[dict]:
-    """The JSON rows: every field but the internal ones."""
-    return [dict(zip(JSON_FIELDS, _json_values(r))) for r in rows]
+def as_json(rows, start: int = 0, stop: int | None = None) -> list[dict]:
+    """The JSON rows of ``rows[start:stop]`` (a ``Collectives``, read column by column, or a
+    list of rows): every field but the internal ones."""
+    if isinstance(rows, Collectives):
+        return [dict(zip(JSON_FIELDS, values)) for values in zip(*(rows.values(n, start, stop) for n in JSON_FIELDS))]
+    return [dict(zip(JSON_FIELDS, _json_values(r))) for r in rows[start:stop]]
 
 
 def _bus_factors() -> Callable[[str, int], float | None]:
@@ -119,13 +128,6 @@ def _unit_name(kind: str, id_: str | None, inferred: bool, phase: str, orders: d
     return order[k] if k < len(order) else id_
 
 
-# collectives.stats' columns that a row is built from, in the order of the loop below
-_STATS_COLUMNS = ("rank", "step", "kind", "id", "phase", "collective", "bytes", "shard_only", "dtype", "group_size",
-                  "microbatch", "offset_ns", "comm_ns", "exposed_ns", "inferred", "event_id", "ts_ns",
-                  "cpu_launch_ts_ns", "ready_ns", "compute_before_ns", "compute_after_ns", "wait_ns", "exposed_wait_ns")
-# (offset_ns, comm_ns, exposed_ns, wait_ns and exposed_wait_ns arrive in milliseconds: _ms)
-
-
 # durations that become milliseconds (``<name>_ms``): integer nanoseconds from the SQL
 _MS_COLUMNS = ("offset_ns", "comm_ns", "exposed_ns", "wait_ns", "exposed_wait_ns")
 
@@ -144,12 +146,160 @@ def _ms(column) -> list:
     return [None if v is None else round(v / NS_PER_MS, MS_DIGITS) for v in column.to_pylist()]
 
 
-def compute(con, info: RunInfo) -> list[Collective]:
-    """One row per collective transfer, in (rank, start) order.
+# Columns of ``Collectives``, by how a value is held: integers (array 'q', a null as NULL_INT),
+# numbers (array 'd', a null as NaN: every figure here is a quotient of integers, never NaN),
+# texts (lists of shared strings), flags (array 'b').
+NULL_INT = -(2 ** 63)
+_INTS = ("rank", "event_id", "start_ns", "compute_before_ns")
+_NULLABLE_INTS = ("step", "bytes", "group_size", "microbatch", "launch_ts_ns", "ready_ns", "compute_after_ns")
+_FLOATS = ("offset_ms", "comm_ms", "exposed_ms", "wait_ms", "transfer_ms", "exposed_wait_ms", "busbw_gbps",
+           "predicted_comm_ms", "predicted_exposed_ms")
+_TEXTS = ("kind", "id", "phase", "collective", "dtype")
+_FLAGS = ("inferred",)
+FIELDS = tuple(f.name for f in msgspec.structs.fields(Collective))
+assert set(FIELDS) == set(_INTS + _NULLABLE_INTS + _FLOATS + _TEXTS + _FLAGS), "a Collective field without a column"
 
-    Read a batch of columns at a time through Arrow and built in one loop: 2.07 million rows
-    of a 1,024-rank run took 13.0-15.9 s through a dict per row, 8.2-8.9 s with a loop over
-    column lists; the milliseconds are now divided in Arrow before the loop."""
+
+def _int(name: str):
+    def get(self):
+        return self.table.columns[name][self.index]
+    return property(get)
+
+
+def _nullable_int(name: str):
+    def get(self):
+        v = self.table.columns[name][self.index]
+        return None if v == NULL_INT else v
+    return property(get)
+
+
+def _float(name: str):
+    def get(self):
+        v = self.table.columns[name][self.index]
+        return None if v != v else v
+    return property(get)
+
+
+def _flag(name: str):
+    def get(self):
+        return bool(self.table.columns[name][self.index])
+    return property(get)
+
+
+_GETTERS = {**{n: _int(n) for n in _INTS}, **{n: _nullable_int(n) for n in _NULLABLE_INTS},
+            **{n: _float(n) for n in _FLOATS}, **{n: _int(n) for n in _TEXTS}, **{n: _flag(n) for n in _FLAGS}}
+
+# One collective of a ``Collectives``: its index there, read field by field from the columns
+# (the fields of ``Collective``, read only). Made as a row is asked for and gone after: 32
+# bytes while a caller holds it, against about 600 for a ``Collective`` and its numbers.
+# gc=False: it refers only to its table, which refers to none of its rows.
+CollectiveRow = msgspec.defstruct(
+    "CollectiveRow", [("table", object), ("index", int)], frozen=True, gc=False,
+    module=__name__, namespace={**_GETTERS, "exposed_transfer_ms": Collective.exposed_transfer_ms,
+                                "__doc__": "One collective of a ``Collectives`` (the fields of ``Collective``)."})
+
+
+class Collectives(Sequence):
+    """A run's collective transfers as columns, one per field of ``Collective``, in (rank,
+    start) order; its items are ``CollectiveRow`` views (read as a list of ``Collective``).
+
+    The run's two million collectives of 1,024 ranks take about 200 bytes each here, against
+    about 600 as ``Collective`` objects with their numbers. The model's predictions are
+    filled in place (``set``)."""
+
+    __slots__ = ("columns", "size")
+
+    def __init__(self, columns: dict, size: int):
+        self.columns = columns
+        self.size = size
+
+    @classmethod
+    def of(cls, rows) -> "Collectives":
+        """``rows`` (``Collective`` objects or rows alike) as columns."""
+        rows = list(rows)
+        columns: dict = {}
+        for n in FIELDS:
+            values = [getattr(r, n) for r in rows]
+            if n in _TEXTS:
+                columns[n] = values
+            elif n in _FLOATS:
+                columns[n] = _float_column(values)
+            elif n in _FLAGS:
+                columns[n] = array.array("b", [bool(v) for v in values])
+            else:
+                columns[n] = array.array("q", [NULL_INT if v is None else v for v in values])
+        return cls(columns, len(rows))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [CollectiveRow(self, k) for k in range(*i.indices(self.size))]
+        if i < 0:
+            i += self.size
+        if not 0 <= i < self.size:
+            raise IndexError(i)
+        return CollectiveRow(self, i)
+
+    def __iter__(self):
+        return map(CollectiveRow, itertools.repeat(self, self.size), range(self.size))
+
+    # equal and hashed as itself (object's): a row (CollectiveRow) is equal to another, and
+    # hashes alike, where both are the same row of the same table; ``materialized`` compares contents
+
+    def set(self, name: str, values: list) -> None:
+        """Column ``name`` (a number: None kept as NaN) to ``values``, one per row."""
+        assert name in _FLOATS and len(values) == self.size, name
+        self.columns[name] = array.array("d", [_NAN if v is None else v for v in values])
+
+    def values(self, name: str, start: int = 0, stop: int | None = None) -> list:
+        """Column ``name`` of rows ``start:stop`` as Python values (None for a null)."""
+        col = self.columns[name][start:stop]
+        if name in _TEXTS:
+            return col
+        values = col.tolist()
+        if name in _NULLABLE_INTS:
+            return [None if v == NULL_INT else v for v in values]
+        if name in _FLOATS:
+            return [None if v != v else v for v in values]
+        if name in _FLAGS:
+            return [bool(v) for v in values]
+        return values
+
+    def materialized(self, start: int = 0, stop: int | None = None) -> list[Collective]:
+        """Rows ``start:stop`` as ``Collective`` objects."""
+        columns = [self.values(n, start, stop) for n in FIELDS]
+        return [Collective(**dict(zip(FIELDS, vals))) for vals in zip(*columns)]
+
+
+_NAN = float("nan")
+
+
+def _int_column(column, null: int = NULL_INT) -> array.array:
+    """An Arrow integer column as array 'q', a null as ``null``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_integer(column.type):  # a column of nulls typed as text by the SQL; a number
+        column = pc.cast(column, pa.int64())
+    if column.null_count:
+        column = pc.fill_null(column, pa.scalar(null, column.type))
+    return array.array("q", column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False).tobytes())
+
+
+def _float_column(values: list) -> array.array:
+    return array.array("d", [_NAN if v is None else v for v in values])
+
+
+def compute(con, info: RunInfo) -> Collectives:
+    """One row per collective transfer, in (rank, start) order, as columns (``Collectives``).
+
+    Read a batch of columns at a time through Arrow; the columns the manifest finishes (the
+    group, the bytes, the bus bandwidth, FSDP1's unit names) in one loop, the rest copied as
+    they come. 2.07 million rows of a 1,024-rank run took 13.0-15.9 s through a dict per
+    row, 8.2-8.9 s with a loop over column lists."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -161,47 +311,61 @@ def compute(con, info: RunInfo) -> list[Collective]:
     defaults, world = info.manifest.group_sizes(), info.world_size
     orders = _unit_orders(info.manifest)
     factor = _bus_factors()
-    out = []
-    # one object per distinct value where rows share a few: kind, phase, dtype, id, and the
-    # ints above 256 that Python does not share itself (rank, step, bytes: a bucket's size
-    # repeats every step on every rank). 1,024 ranks: 2.07 million rows, about 600 bytes each
-    names: dict = {}
-    numbers: dict = {}  # apart from names: True == 1 and hash alike
+    columns: dict = {n: array.array("q") for n in _INTS + _NULLABLE_INTS}
+    columns.update({n: array.array("d") for n in _FLOATS})
+    columns.update({n: [] for n in _TEXTS})
+    columns["inferred"] = array.array("b")
+    names: dict = {}  # one object per distinct text: rows share a few
+    size = 0
     for part in sql.arrow_batches(con, query):  # never every row at once
-        columns = dict(zip(part.schema.names, part.columns))
-        batch = {name: (_ms(col) if name in _MS_COLUMNS else col.to_pylist()) for name, col in columns.items()}
-        for column, shared in (("kind", names), ("id", names), ("phase", names), ("collective", names),
-                               ("dtype", names), ("rank", numbers), ("step", numbers), ("bytes", numbers),
-                               ("group_size", numbers)):
-            batch[column] = list(map(shared.setdefault, batch[column], batch[column]))
-        rows = len(batch["rank"])
-        batch.setdefault("compute_after_ns", [None] * rows)  # a reduce stored before it was kept
+        got = dict(zip(part.schema.names, part.columns))
+        rows = part.num_rows
+        texts = {n: list(map(names.setdefault, col, col)) for n, col in
+                 ((n, got[n].to_pylist()) for n in ("kind", "id", "phase", "collective", "dtype"))}
         # the transfer: comm less the wait for the last peer (null where no peer was loaded),
         # in ns for the bus bandwidth and in ms for the row, as _ms makes them
-        comm = columns["comm_ns"]
-        transfer = pc.subtract(comm, pc.coalesce(columns["wait_ns"], pa.scalar(0, comm.type)))
+        comm = got["comm_ns"]
+        transfer = pc.subtract(comm, pc.coalesce(got["wait_ns"], pa.scalar(0, comm.type)))
         transfer_ns = transfer.to_pylist()
-        transfer_ms = _ms(pc.if_else(pc.is_null(columns["wait_ns"]), pa.nulls(rows, transfer.type), transfer))
-        for (rank, step, kind, id_, phase, collective, nbytes, shard_only, dtype, group, microbatch, offset_ms,
-             comm_ms, exposed_ms, inferred, event_id, ts_ns, launch_ns, ready_ns, before_ns,
-             after_ns, wait_ms, exposed_wait_ms, t_ns, t_ms) in zip(*(batch[c] for c in _STATS_COLUMNS),
-                                                                    transfer_ns, transfer_ms):
+        # what the manifest finishes, row by row
+        groups, nbytes_out, busbws, ids = [], [], [], []
+        for kind, id_, phase, collective, nbytes, shard_only, group, inferred, t_ns in zip(
+                texts["kind"], texts["id"], texts["phase"], texts["collective"], got["bytes"].to_pylist(),
+                got["shard_only"].to_pylist(), got["group_size"].to_pylist(), got["inferred"].to_pylist(),
+                transfer_ns):
             group = group or defaults.get(collective or "", world)
             if shard_only and nbytes and group:  # nccl-tests' all-gather size is the gathered output
-                nbytes = numbers.setdefault(nbytes * group, nbytes * group)
+                nbytes = nbytes * group
             busbw = None
             if nbytes and t_ns > 0 and collective and group and group > 1:
                 f = factor(collective, group)
                 if f is not None:  # nccl-tests bus bandwidth of the transfer, GB/s
                     busbw = round(nbytes / (t_ns / NS_PER_S) * f / 1e9, 4)
-            out.append(Collective(
-                rank=rank, step=step, kind=kind, id=_unit_name(kind, id_, inferred, phase, orders),
-                phase=phase, collective=collective, bytes=nbytes, dtype=dtype, group_size=group,
-                microbatch=int(microbatch) if microbatch is not None else None,
-                offset_ms=offset_ms, comm_ms=comm_ms, exposed_ms=exposed_ms, wait_ms=wait_ms, transfer_ms=t_ms,
-                exposed_wait_ms=exposed_wait_ms, busbw_gbps=busbw,
-                inferred=bool(inferred), event_id=event_id,
-                start_ns=ts_ns, launch_ts_ns=launch_ns, ready_ns=ready_ns,
-                compute_before_ns=before_ns or 0, compute_after_ns=after_ns,
-            ))
-    return out
+            groups.append(NULL_INT if group is None else group)
+            nbytes_out.append(NULL_INT if nbytes is None else nbytes)
+            busbws.append(_NAN if busbw is None else busbw)
+            named = _unit_name(kind, id_, inferred, phase, orders)
+            ids.append(names.setdefault(named, named))
+        for n in ("kind", "phase", "collective", "dtype"):
+            columns[n].extend(texts[n])
+        columns["id"].extend(ids)
+        columns["group_size"].extend(groups)
+        columns["bytes"].extend(nbytes_out)
+        columns["busbw_gbps"].extend(busbws)
+        for n, src in (("rank", "rank"), ("event_id", "event_id"), ("start_ns", "ts_ns"),
+                       ("step", "step"), ("microbatch", "microbatch"),
+                       ("launch_ts_ns", "cpu_launch_ts_ns"), ("ready_ns", "ready_ns")):
+            columns[n].extend(_int_column(got[src]))
+        columns["compute_before_ns"].extend(_int_column(got["compute_before_ns"], 0))  # none before its launch: 0
+        after = got.get("compute_after_ns")  # a reduce stored before it was kept: none
+        columns["compute_after_ns"].extend(_int_column(after) if after is not None else
+                                           array.array("q", [NULL_INT]) * rows)
+        columns["inferred"].extend(array.array("b", [bool(v) for v in got["inferred"].to_pylist()]))
+        for n in _MS_COLUMNS:
+            columns[n.replace("_ns", "_ms")].extend(_float_column(_ms(got[n])))
+        columns["transfer_ms"].extend(_float_column(
+            _ms(pc.if_else(pc.is_null(got["wait_ns"]), pa.nulls(rows, transfer.type), transfer))))
+        size += rows
+    for n in ("predicted_comm_ms", "predicted_exposed_ms"):
+        columns[n] = array.array("d", [_NAN]) * size
+    return Collectives(columns, size)

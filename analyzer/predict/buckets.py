@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from overlapscope.analyzer import sql
@@ -37,7 +38,7 @@ class RunAnalysis:
 
     info: RunInfo
     overlap: dict  # measure.overlap.compute: ranks and steps rows (JSON contract of analyze)
-    collectives: list[Collective]  # with the model's predictions
+    collectives: Sequence[Collective]  # with the model's predictions: a Collectives (columns), or a list
     sources: dict  # F and W from the trace and the calibration, and which ones the model uses
     stage: str | None  # ddp or zero3
     grad_bytes: float  # bytes per reduced gradient element
@@ -371,7 +372,7 @@ def report(a: RunAnalysis, streamed: bool = False, summarized: list[dict] | None
         from overlapscope.analyzer.store.runstore import Rows
 
         rows = a.collectives
-        chunks = lambda: (collectives.as_json(rows[i:i + ROWS_PER_CHUNK])  # noqa: E731
+        chunks = lambda: (collectives.as_json(rows, i, i + ROWS_PER_CHUNK)  # noqa: E731
                           for i in range(0, len(rows), ROWS_PER_CHUNK))
         listed = Rows(chunks)
     else:

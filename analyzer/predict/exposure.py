@@ -14,15 +14,16 @@ figures of an unchanged run, from one engine:
   for a collective that no replay covers (a step without buckets or units, a
   collective of another family).
 
-Rows are replaced in place (``msgspec.structs.replace``) and the list returned: a run's
-rows are never held twice (two million of them at 1,024 ranks).
+A run's ``measure.collectives.Collectives`` gets its prediction columns filled in place; a
+list of ``Collective`` rows has its rows replaced in place (``msgspec.structs.replace``). Either
+way the rows are returned and never held twice (two million of them at 1,024 ranks).
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from overlapscope.analyzer.measure.collectives import Collective
+from overlapscope.analyzer.measure.collectives import Collective, Collectives
 from overlapscope.analyzer.predict.comm import CommModel
 from overlapscope.analyzer.predict.plan import StepPlan
 from overlapscope.analyzer.predict.replay import replay_plan
@@ -33,14 +34,22 @@ _replace = msgspec.structs.replace
 def predict_comm(rows: list[Collective], model: CommModel) -> list[Collective]:
     """Each row with predicted_comm_ms: the model's time of its kind, bytes and group."""
     known: dict[tuple, float | None] = {}  # one prediction per kind, size and group: rows share a few
-    for i, r in enumerate(rows):
-        key = (r.collective, r.bytes, r.group_size)
+
+    def predicted(collective, nbytes, group) -> float | None:
+        key = (collective, nbytes, group)
         if key not in known:
             known[key] = None
-            if r.collective and r.bytes and r.group_size and r.group_size > 1:
-                t = model.model_ms(r.collective, r.bytes, r.group_size)
+            if collective and nbytes and group and group > 1:
+                t = model.model_ms(collective, nbytes, group)
                 known[key] = None if t is None else round(t, 6)
-        rows[i] = _replace(r, predicted_comm_ms=known[key])
+        return known[key]
+
+    if isinstance(rows, Collectives):
+        rows.set("predicted_comm_ms", list(map(predicted, rows.values("collective"), rows.values("bytes"),
+                                                rows.values("group_size"))))
+        return rows
+    for i, r in enumerate(rows):
+        rows[i] = _replace(r, predicted_comm_ms=predicted(r.collective, r.bytes, r.group_size))
     return rows
 
 
@@ -53,6 +62,10 @@ def predict_exposed(rows: list[Collective], plans: list[StepPlan]) -> list[Colle
             span = replay.spans.get(id(x))
             if span is not None and x.key is not None:
                 exposed[x.key] = round(span.exposed_ms, 6)
+    if isinstance(rows, Collectives):
+        rows.set("predicted_exposed_ms", [exposed.get(k) for k in zip(rows.values("rank"), rows.values("event_id"))]
+                 if exposed else [None] * len(rows))
+        return rows
     for i, r in enumerate(rows):
         rows[i] = _replace(r, predicted_exposed_ms=exposed.get((r.rank, r.event_id)))
     return rows

@@ -317,12 +317,12 @@ def blocking_families(rows) -> dict[str, bool]:
             key = (r.rank, r.step, r.microbatch)
             if key not in last or (r.launch_ts_ns or r.start_ns) >= (last[key].launch_ts_ns or last[key].start_ns):
                 last[key] = r
-    lasts = {id(r) for r in last.values()}
+    lasts = {(r.rank, r.event_id) for r in last.values()}  # by key: a run's rows may be views made as read
     for r in rows:
         # a pass's last bucket starts when the backward has no compute left: exposed whether or not
         # collectives block compute, so it says nothing about it (a run of one bucket per pass:
         # no evidence, not blocking)
-        if id(r) in lasts:
+        if (r.rank, r.event_id) in lasts:
             continue
         comm[r.kind] += r.comm_ms
         exposed[r.kind] += r.exposed_ms

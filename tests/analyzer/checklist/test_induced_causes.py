@@ -25,16 +25,20 @@ from the analyzer:
 The model is small (4 Linear(128, 128), 16 rows) so that the straggler's sleep, not
 CPU contention, sets its cost: 4 ranks share 2 cores, and a sleeping rank gives the
 others its core (with a 30 ms compute the step grows by 22 ms for a 30 ms sleep).
-About 110 s of captures on 2 cores (22 runs), in one module.
+About 110 s of captures on 2 cores (22 runs), in one module; the runs are sent to one
+``induced.py --serve`` process that imported torch once (the straggler fixture's 14 runs
+took 64.9 s alone with a process each, 42.2 s so).
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,12 +63,58 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+class _Runner:
+    """``tests/induced.py --serve``: one process that imported torch once, running each
+    capture it is sent (the runs are what they were: forked ranks of a plain script)."""
+
+    def __init__(self, log: Path):
+        self.log = log
+        self.proc = None
+
+    def start(self) -> None:
+        """Start it (it imports torch while the first capture waits for its turn)."""
+        if self.proc is None or self.proc.poll() is not None:
+            with open(self.log, "a") as log:
+                self.proc = subprocess.Popen([sys.executable, str(TESTS / "induced.py"), "--serve"], text=True,
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+
+    def run(self, argv: list[str]) -> None:
+        self.start()
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + 300
+        while True:  # the ranks may print too: the reply is the line that starts with DONE
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = self.proc.stdout.readline() if ready else ""
+            if not line:
+                self.close()
+                raise AssertionError(f"induced run {argv} ended or timed out: {self.log.read_text()[-2000:]}")
+            if line.startswith(induced.DONE):
+                assert line.split()[1] == "0", self.log.read_text()[-2000:]
+                return
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+_RUNNER: list = []  # the module's runner (the fixture below closes it)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _runner(tmp_path_factory):
+    _RUNNER.append(_Runner(tmp_path_factory.mktemp("runner") / "stderr.log"))
+    _RUNNER[0].start()
+    yield
+    _RUNNER.pop().close()
+
+
 def _capture(out: Path, *args: str) -> Path:
     """A run of tests/induced.py, timed with the machine to itself (tests/machine.py)."""
     with quiet():
-        done = subprocess.run([sys.executable, str(TESTS / "induced.py"), str(out), "--port", str(_port()), *args],
-                              capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+        _RUNNER[0].run([str(out), "--port", str(_port()), *args])
     return out
 
 

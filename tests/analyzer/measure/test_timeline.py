@@ -91,7 +91,7 @@ def test_attribution_given_by_the_caller_is_used(tmp_path):
 
     con, run_id = _load(tmp_path, _two_ranks())
     rows = collectives.compute(con, run_info(con, run_id))
-    rows = [msgspec.structs.replace(r, id="b7") for r in rows]
+    rows = [msgspec.structs.replace(r, id="b7") for r in rows.materialized()]
     tl = timeline.timeline(con, run_id, step=1, attribution=rows)
     assert {m["coll_id"] for m in tl["marks"] if m["kind"] == "comm"} == {"b7"}
 
