@@ -108,11 +108,12 @@ ENV_REDUCE_MEMORY_MB = "OVERLAPSCOPE_REDUCE_MEMORY_MB"
 # tables grow with the ranks. `analyze` (overlap) keeps a few rows per step and collective
 # instance: 1,024 ranks of the 47 MB reference trace peaked at 700 MB in its process with
 # 512 MiB (the tree 700 MB, 511 MB at 64 ranks), 381 MB with 192, 313 MB with 128 and
-# 280 MB with 96 (the tree 523-526 MB: its workers'), in 152-176 s against 187 s.
+# 280 MB with 96 (the tree 523-526 MB: its workers'), in 152-176 s against 187 s; on
+# 2026-12-07 311 MB with 128 and 246 MB with 64 (140.3 and 141.6 s; 64 ranks 221-223 MB
+# and 9.8-10.5 s either way: its peak is a worker's). 64 is the least the setting takes.
 # `ingest` (full) runs its analyses' SQL over every collective: with 192 MiB its 1,024
-# ranks took 593 s against 449 s for 1,900 against 2,127 MB, a peak set by the
-# collectives it holds as objects, so it keeps the workers' 512 MiB.
-DEFAULT_REDUCE_MEMORY_MB = {"overlap": 128}
+# ranks took 593 s against 449 s for 1,900 against 2,127 MB, so it keeps the workers' 512 MiB.
+DEFAULT_REDUCE_MEMORY_MB = {"overlap": 64}
 
 
 def _mb_setting(name: str, default: float) -> int:
