@@ -160,7 +160,7 @@ FIELDS = tuple(f.name for f in msgspec.structs.fields(Collective))
 assert set(FIELDS) == set(_INTS + _NULLABLE_INTS + _FLOATS + _TEXTS + _FLAGS), "a Collective field without a column"
 
 
-def _int(name: str):
+def _plain(name: str):  # a column whose values are the fields' (no null to translate)
     def get(self):
         return self.table.columns[name][self.index]
     return property(get)
@@ -186,12 +186,13 @@ def _flag(name: str):
     return property(get)
 
 
-_GETTERS = {**{n: _int(n) for n in _INTS}, **{n: _nullable_int(n) for n in _NULLABLE_INTS},
-            **{n: _float(n) for n in _FLOATS}, **{n: _int(n) for n in _TEXTS}, **{n: _flag(n) for n in _FLAGS}}
+_GETTERS = {**{n: _plain(n) for n in _INTS}, **{n: _nullable_int(n) for n in _NULLABLE_INTS},
+            **{n: _float(n) for n in _FLOATS}, **{n: _plain(n) for n in _TEXTS}, **{n: _flag(n) for n in _FLAGS}}
 
 # One collective of a ``Collectives``: its index there, read field by field from the columns
 # (the fields of ``Collective``, read only). Made as a row is asked for and gone after: 32
-# bytes while a caller holds it, against about 600 for a ``Collective`` and its numbers.
+# bytes and its index (an int, 28 more) while a caller holds it, against about 600 for a
+# ``Collective`` and its numbers.
 # gc=False: it refers only to its table, which refers to none of its rows.
 CollectiveRow = msgspec.defstruct(
     "CollectiveRow", [("table", object), ("index", int)], frozen=True, gc=False,
