@@ -111,9 +111,13 @@ ENV_REDUCE_MEMORY_MB = "OVERLAPSCOPE_REDUCE_MEMORY_MB"
 # 280 MB with 96 (the tree 523-526 MB: its workers'), in 152-176 s against 187 s; on
 # 2026-12-07 311 MB with 128 and 246 MB with 64 (140.3 and 141.6 s; 64 ranks 221-223 MB
 # and 9.8-10.5 s either way: its peak is a worker's). 64 is the least the setting takes.
-# `ingest` (full) runs its analyses' SQL over every collective: with 192 MiB its 1,024
-# ranks took 593 s against 449 s for 1,900 against 2,127 MB, so it keeps the workers' 512 MiB.
-DEFAULT_REDUCE_MEMORY_MB = {"overlap": 64}
+# `ingest` (full) runs its analyses' SQL over every collective. Once the run's collectives
+# were columns (not 1.2 GB of objects) the store was most of what grew: on 2026-12-07 256
+# ranks peaked at 476 MB with 128 MiB against 589-592 MB with 512 (in 140-144 against
+# 134-147 s), 1,024 ranks at 1,036 against 1,318 MB. 64 MiB is too little for it: the
+# collectives' query (collectives.stats_waited: two joins and a sort) ran out of memory at
+# 256 ranks.
+DEFAULT_REDUCE_MEMORY_MB = {"overlap": 64, "full": 128}
 
 
 def _mb_setting(name: str, default: float) -> int:
