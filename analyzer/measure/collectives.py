@@ -277,6 +277,11 @@ class Collectives(Sequence):
 _NAN = float("nan")
 
 
+def table_of(rows) -> Collectives:
+    """``rows`` as columns: a ``Collectives`` as it is, a list of rows copied into one."""
+    return rows if isinstance(rows, Collectives) else Collectives.of(rows)
+
+
 def _int_column(column, null: int = NULL_INT) -> array.array:
     """An Arrow integer column as array 'q', a null as ``null``."""
     import numpy as np

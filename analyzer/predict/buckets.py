@@ -9,6 +9,7 @@ and the checklist reads the same object.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -245,7 +246,7 @@ def _per_step(rows: Sequence[Collective], overlap_steps: list[dict], inputs: _In
     index order), so every figure is the same to the bit."""
     import numpy as np
 
-    table = rows if isinstance(rows, collectives.Collectives) else collectives.Collectives.of(rows)
+    table = collectives.table_of(rows)
     slots = {(s["rank"], s["step"]): k for k, s in enumerate(overlap_steps)}
     n = len(overlap_steps) + 1  # the last slot: rows of no step listed
     slot = _slots(table, slots, n - 1)
@@ -288,30 +289,11 @@ def _per_step(rows: Sequence[Collective], overlap_steps: list[dict], inputs: _In
 
 def _slots(table, slots: dict[tuple, int], none: int):
     """Each row's slot of ``slots`` by its (rank, step), ``none`` where it has none (no
-    step, or a step not listed): NumPy's int64 array."""
+    step, or a step not listed): NumPy's int64 array, built without a list."""
     import numpy as np
 
-    rank = np.frombuffer(table.columns["rank"], np.int64)
-    step = np.frombuffer(table.columns["step"], np.int64)
-    out = np.full(len(rank), none, np.int64)
-    if not slots or not len(rank):
-        return out
-    # (rank, step) as one key: ranks and listed steps are small non-negative or negative ints
-    # alike, offsets keep them apart; a row without a step (NULL_INT) matches nothing
-    have = step != collectives.NULL_INT
-    keys = np.array(list(slots), np.int64).reshape(-1, 2)
-    low, span = keys[:, 1].min(), int(keys[:, 1].max() - keys[:, 1].min()) + 1
-    listed = (keys[:, 0] * span + (keys[:, 1] - low))
-    inside = have & (step >= low) & (step < low + span)
-    row_keys = rank[inside] * span + (step[inside] - low)
-    order = np.argsort(listed)
-    found = np.searchsorted(listed[order], row_keys)
-    found = np.minimum(found, len(listed) - 1)
-    hit = listed[order][found] == row_keys
-    picked = np.full(len(row_keys), none, np.int64)
-    picked[hit] = np.fromiter(slots.values(), np.int64, len(slots))[order][found[hit]]
-    out[inside] = picked
-    return out
+    c = table.columns
+    return np.fromiter(map(slots.get, zip(c["rank"], c["step"]), itertools.repeat(none)), np.int64, table.size)
 
 
 def _memory(con, info: RunInfo, stage: str | None) -> list[dict]:
@@ -387,7 +369,7 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
     so the figures do not depend on the order they are read in."""
     import numpy as np
 
-    table = rows if isinstance(rows, collectives.Collectives) else collectives.Collectives.of(rows)
+    table = collectives.table_of(rows)
     c = table.columns
     keys: dict[tuple, int] = {}  # (kind, id, phase) -> its group, numbered in the order first met
 
