@@ -14,24 +14,19 @@ figures of an unchanged run, from one engine:
   for a collective that no replay covers (a step without buckets or units, a
   collective of another family).
 
-A run's ``measure.collectives.Collectives`` gets its prediction columns filled in place; a
-list of ``Collective`` rows has its rows replaced in place (``msgspec.structs.replace``). Either
-way the rows are returned and never held twice (two million of them at 1,024 ranks).
+A run's ``measure.collectives.Collectives`` gets its prediction columns filled in place and
+is returned (a list of rows is made columns first, ``collectives.table_of``): the rows are
+never held twice (two million of them at 1,024 ranks).
 """
 
 from __future__ import annotations
 
-import msgspec
-
-from overlapscope.analyzer.measure.collectives import Collective, Collectives
+from overlapscope.analyzer.measure.collectives import Collective, Collectives, table_of
 from overlapscope.analyzer.predict.comm import CommModel
 from overlapscope.analyzer.predict.plan import StepPlan
 from overlapscope.analyzer.predict.replay import replay_plan
 
-_replace = msgspec.structs.replace
-
-
-def predict_comm(rows: list[Collective], model: CommModel) -> list[Collective]:
+def predict_comm(rows: list[Collective], model: CommModel) -> Collectives:
     """Each row with predicted_comm_ms: the model's time of its kind, bytes and group."""
     known: dict[tuple, float | None] = {}  # one prediction per kind, size and group: rows share a few
 
@@ -44,16 +39,13 @@ def predict_comm(rows: list[Collective], model: CommModel) -> list[Collective]:
                 known[key] = None if t is None else round(t, 6)
         return known[key]
 
-    if isinstance(rows, Collectives):
-        rows.set("predicted_comm_ms", list(map(predicted, rows.values("collective"), rows.values("bytes"),
-                                                rows.values("group_size"))))
-        return rows
-    for i, r in enumerate(rows):
-        rows[i] = _replace(r, predicted_comm_ms=predicted(r.collective, r.bytes, r.group_size))
+    rows = table_of(rows)
+    rows.set("predicted_comm_ms", list(map(predicted, rows.values("collective"), rows.values("bytes"),
+                                            rows.values("group_size"))))
     return rows
 
 
-def predict_exposed(rows: list[Collective], plans: list[StepPlan]) -> list[Collective]:
+def predict_exposed(rows: list[Collective], plans: list[StepPlan]) -> Collectives:
     """Each row with predicted_exposed_ms: its exposure in the model's replay of its step."""
     exposed: dict[tuple[int, int], float] = {}
     for plan in plans:
@@ -62,10 +54,7 @@ def predict_exposed(rows: list[Collective], plans: list[StepPlan]) -> list[Colle
             span = replay.spans.get(id(x))
             if span is not None and x.key is not None:
                 exposed[x.key] = round(span.exposed_ms, 6)
-    if isinstance(rows, Collectives):
-        rows.set("predicted_exposed_ms", [exposed.get(k) for k in zip(rows.values("rank"), rows.values("event_id"))]
-                 if exposed else [None] * len(rows))
-        return rows
-    for i, r in enumerate(rows):
-        rows[i] = _replace(r, predicted_exposed_ms=exposed.get((r.rank, r.event_id)))
+    rows = table_of(rows)
+    rows.set("predicted_exposed_ms", [exposed.get(k) for k in zip(rows.values("rank"), rows.values("event_id"))]
+             if exposed else [None] * len(rows))
     return rows
