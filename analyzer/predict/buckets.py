@@ -363,10 +363,9 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
     """Per (kind, id, phase) over ranks and steps: means and the median bus bandwidth; most exposed first.
 
     Read column by column (``Collectives``): grouping a 1,024-rank run's rows held a view
-    of each (some 140 MB, as ``_per_step``'s); a group's values are still listed for the
-    mean and the median (inside it a 1,024-rank ingest's parent peaked at 894 MiB, under the
-    checklist's 944). Means are ``statistics.fmean``'s (an exact sum, then one division),
-    so the figures do not depend on the order they are read in."""
+    of each (some 140 MB, as ``_per_step``'s). Means are ``statistics.fmean``'s over a
+    group's NumPy values (an exact sum, then one division: no list of them), so the figures
+    do not depend on the order they are read in; the median bus bandwidth lists its group's."""
     import numpy as np
 
     table = collectives.table_of(rows)
@@ -386,17 +385,17 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
               ("comm_ms", "exposed_ms", "busbw_gbps", "predicted_comm_ms", "predicted_exposed_ms")}
     nbytes, inferred = np.frombuffer(c["bytes"], np.int64), np.frombuffer(c["inferred"], np.int8)
 
-    def known(name: str, index) -> list[float]:
+    def known(name: str, index):  # the group's values of a column, nulls (NaN) left out
         values = floats[name][index]
-        return values[~np.isnan(values)].tolist()
+        return values[~np.isnan(values)]
 
-    def mean(values: list[float]) -> float | None:
-        return round(statistics.fmean(values), 6) if values else None
+    def mean(values) -> float | None:
+        return round(statistics.fmean(values), 6) if len(values) else None
 
     out = []
     for (kind, id_, phase), g in keys.items():
         index = order[(ends[g - 1] if g else 0):ends[g]]
-        bws = known("busbw_gbps", index)
+        bws = known("busbw_gbps", index).tolist()
         comm, exposed = mean(known("comm_ms", index)), mean(known("exposed_ms", index))
         first_bytes = int(nbytes[index[0]])
         out.append({
