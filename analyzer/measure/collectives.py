@@ -7,10 +7,11 @@ manifest: group sizes where the trace gives none (gloo), an all-gather's
 shard-only size times its group, nccl-tests bus bandwidth, and FSDP1's unnamed
 units named in the manifest's order.
 
-``compute`` returns a run's rows as columns (``Collectives``: about 200 bytes a
-row, where a ``Collective`` object and its numbers took about 600), read row by
-row through short-lived views; the rows are read only but for the model's two
-prediction columns, which ``predict.exposure`` fills in place.
+``compute`` returns a run's rows as columns (``Collectives``: about 170 bytes a
+row, where a ``Collective`` object and its numbers took about 600), built with NumPy
+a batch at a time and read row by row through short-lived views; the rows are read
+only but for the model's two prediction columns, which ``predict.exposure`` fills in
+place.
 """
 
 from __future__ import annotations
@@ -132,23 +133,10 @@ def _unit_name(kind: str, id_: str | None, inferred: bool, phase: str, orders: d
 _MS_COLUMNS = ("offset_ns", "comm_ns", "exposed_ns", "wait_ns", "exposed_wait_ns")
 
 
-def _ms(column) -> list:
-    """A column of nanoseconds as milliseconds to the nanosecond (``units.ms`` of each value),
-    in one Arrow kernel for integer columns: ``n / 1e6`` is already ``round(n / 1e6, 6)`` for
-    an integer n below 2**53 (the division is correctly rounded, and the nearest double to a
-    number of 6 decimals rounds back to itself), so the 6 million ``round`` calls of a
-    1,024-rank run are left out."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_integer(column.type):
-        return pc.divide(pc.cast(column, pa.float64()), float(NS_PER_MS)).to_pylist()
-    return [None if v is None else round(v / NS_PER_MS, MS_DIGITS) for v in column.to_pylist()]
-
-
 # Columns of ``Collectives``, by how a value is held: integers (array 'q', a null as NULL_INT),
 # numbers (array 'd', a null as NaN: every figure here is a quotient of integers, never NaN),
-# texts (lists of shared strings), flags (array 'b').
+# texts (codes into the table's ``texts``, array 'H', or 'I' past 65,536 distinct texts: 2
+# bytes a row where a list's pointer took 8), flags (array 'b').
 NULL_INT = -(2 ** 63)
 _INTS = ("rank", "event_id", "start_ns", "compute_before_ns")
 _NULLABLE_INTS = ("step", "bytes", "group_size", "microbatch", "launch_ts_ns", "ready_ns", "compute_after_ns")
@@ -186,8 +174,15 @@ def _flag(name: str):
     return property(get)
 
 
+def _text(name: str):
+    def get(self):
+        table = self.table
+        return table.texts[table.columns[name][self.index]]
+    return property(get)
+
+
 _GETTERS = {**{n: _plain(n) for n in _INTS}, **{n: _nullable_int(n) for n in _NULLABLE_INTS},
-            **{n: _float(n) for n in _FLOATS}, **{n: _plain(n) for n in _TEXTS}, **{n: _flag(n) for n in _FLAGS}}
+            **{n: _float(n) for n in _FLOATS}, **{n: _text(n) for n in _TEXTS}, **{n: _flag(n) for n in _FLAGS}}
 
 # One collective of a ``Collectives``: its index there, read field by field from the columns
 # (the fields of ``Collective``, read only). Made as a row is asked for and gone after: 32
@@ -204,32 +199,36 @@ class Collectives(Sequence):
     """A run's collective transfers as columns, one per field of ``Collective``, in (rank,
     start) order; its items are ``CollectiveRow`` views (read as a list of ``Collective``).
 
-    The run's two million collectives of 1,024 ranks take about 200 bytes each here, against
-    about 600 as ``Collective`` objects with their numbers. The model's predictions are
+    The run's two million collectives of 1,024 ranks take about 170 bytes each here, against
+    about 600 as ``Collective`` objects with their numbers. Text columns hold codes into
+    ``texts`` (the run's distinct texts, None among them). The model's predictions are
     filled in place (``set``)."""
 
-    __slots__ = ("columns", "size")
+    __slots__ = ("columns", "size", "texts")
 
-    def __init__(self, columns: dict, size: int):
+    def __init__(self, columns: dict, size: int, texts: list):
         self.columns = columns
         self.size = size
+        self.texts = texts
 
     @classmethod
     def of(cls, rows) -> "Collectives":
         """``rows`` (``Collective`` objects or rows alike) as columns."""
         rows = list(rows)
         columns: dict = {}
+        codes = _Codes()
         for n in FIELDS:
             values = [getattr(r, n) for r in rows]
             if n in _TEXTS:
-                columns[n] = values
+                columns[n] = array.array("I", map(codes.of, values))
             elif n in _FLOATS:
                 columns[n] = _float_column(values)
             elif n in _FLAGS:
                 columns[n] = array.array("b", [bool(v) for v in values])
             else:
                 columns[n] = array.array("q", [NULL_INT if v is None else v for v in values])
-        return cls(columns, len(rows))
+        columns, texts = codes.narrowed(columns)
+        return cls(columns, len(rows), texts)
 
     def __len__(self) -> int:
         return self.size
@@ -254,11 +253,17 @@ class Collectives(Sequence):
         assert name in _FLOATS and len(values) == self.size, name
         self.columns[name] = array.array("d", [_NAN if v is None else v for v in values])
 
+    def numpy(self, name: str):
+        """Column ``name`` as it is held, viewed by NumPy without a copy (integers int64 with
+        nulls as NULL_INT, numbers float64 with nulls as NaN, texts their codes into
+        ``texts``, flags int8)."""
+        return _numpy_of(self.columns[name])
+
     def values(self, name: str, start: int = 0, stop: int | None = None) -> list:
         """Column ``name`` of rows ``start:stop`` as Python values (None for a null)."""
         col = self.columns[name][start:stop]
         if name in _TEXTS:
-            return col
+            return list(map(self.texts.__getitem__, col))
         values = col.tolist()
         if name in _NULLABLE_INTS:
             return [None if v == NULL_INT else v for v in values]
@@ -275,24 +280,40 @@ class Collectives(Sequence):
 
 
 _NAN = float("nan")
+_NUMPY_TYPE = {"q": "int64", "d": "float64", "b": "int8", "H": "uint16", "I": "uint32"}
+
+
+class _Codes:
+    """Texts numbered as they are first met (None among them): a text column's codes."""
+
+    def __init__(self):
+        self.texts: list = []
+        self.code: dict = {}
+
+    def of(self, text) -> int:
+        code = self.code.get(text)
+        if code is None:
+            code = self.code[text] = len(self.texts)
+            self.texts.append(text)
+        return code
+
+    def narrowed(self, columns: dict) -> tuple[dict, list]:
+        """``columns`` with their text columns' codes as array 'H' where the texts allow; and the texts."""
+        if len(self.texts) <= 2 ** 16:
+            for n in _TEXTS:
+                columns[n] = array.array("H", _numpy_of(columns[n]).astype("uint16").tobytes())
+        return columns, self.texts
+
+
+def _numpy_of(col):
+    import numpy as np
+
+    return np.frombuffer(col, _NUMPY_TYPE[col.typecode]) if len(col) else np.empty(0, _NUMPY_TYPE[col.typecode])
 
 
 def table_of(rows) -> Collectives:
     """``rows`` as columns: a ``Collectives`` as it is, a list of rows copied into one."""
     return rows if isinstance(rows, Collectives) else Collectives.of(rows)
-
-
-def _int_column(column, null: int = NULL_INT) -> array.array:
-    """An Arrow integer column as array 'q', a null as ``null``."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not pa.types.is_integer(column.type):  # a column of nulls typed as text by the SQL; a number
-        column = pc.cast(column, pa.int64())
-    if column.null_count:
-        column = pc.fill_null(column, pa.scalar(null, column.type))
-    return array.array("q", column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False).tobytes())
 
 
 def _float_column(values: list) -> array.array:
@@ -302,76 +323,203 @@ def _float_column(values: list) -> array.array:
 def compute(con, info: RunInfo) -> Collectives:
     """One row per collective transfer, in (rank, start) order, as columns (``Collectives``).
 
-    Read a batch of columns at a time through Arrow; the columns the manifest finishes (the
-    group, the bytes, the bus bandwidth, FSDP1's unit names) in one loop, the rest copied as
-    they come. 2.07 million rows of a 1,024-rank run took 13.0-15.9 s through a dict per
-    row, 8.2-8.9 s with a loop over column lists."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    Read a batch of rows at a time through Arrow and finished with NumPy: the manifest's
+    group sizes, an all-gather's gathered bytes, the bus bandwidth and FSDP1's unit names
+    per distinct value, never per row; each batch written into columns of the run's size.
+    Rows were built through a dict per row (13.0-15.9 s for a 1,024-rank run's 2.07 million
+    rows), then a loop over column lists (8.2-8.9 s)."""
     sql.ensure(con, "collectives", run_id=info.run_id)
     query = "collectives.stats"
     if waits.peered(con, info.run_id):  # each transfer apart from its wait for the last peer
         waits.ensure(con, info.run_id)
         query = "collectives.stats_waited"
-    defaults, world = info.manifest.group_sizes(), info.world_size
-    orders = _unit_orders(info.manifest)
-    factor = _bus_factors()
-    columns: dict = {n: array.array("q") for n in _INTS + _NULLABLE_INTS}
-    columns.update({n: array.array("d") for n in _FLOATS})
-    columns.update({n: [] for n in _TEXTS})
-    columns["inferred"] = array.array("b")
-    names: dict = {}  # one object per distinct text: rows share a few
-    size = 0
-    for part in sql.arrow_batches(con, query):  # never every row at once
-        got = dict(zip(part.schema.names, part.columns))
-        rows = part.num_rows
-        texts = {n: list(map(names.setdefault, col, col)) for n, col in
-                 ((n, got[n].to_pylist()) for n in ("kind", "id", "phase", "collective", "dtype"))}
-        # the transfer: comm less the wait for the last peer (null where no peer was loaded),
-        # in ns for the bus bandwidth and in ms for the row, as _ms makes them
-        comm = got["comm_ns"]
-        transfer = pc.subtract(comm, pc.coalesce(got["wait_ns"], pa.scalar(0, comm.type)))
-        transfer_ns = transfer.to_pylist()
-        # what the manifest finishes, row by row
-        groups, nbytes_out, busbws, ids = [], [], [], []
-        for kind, id_, phase, collective, nbytes, shard_only, group, inferred, t_ns in zip(
-                texts["kind"], texts["id"], texts["phase"], texts["collective"], got["bytes"].to_pylist(),
-                got["shard_only"].to_pylist(), got["group_size"].to_pylist(), got["inferred"].to_pylist(),
-                transfer_ns):
-            group = group or defaults.get(collective or "", world)
-            if shard_only and nbytes and group:  # nccl-tests' all-gather size is the gathered output
-                nbytes = nbytes * group
-            busbw = None
-            if nbytes and t_ns > 0 and collective and group and group > 1:
-                f = factor(collective, group)
-                if f is not None:  # nccl-tests bus bandwidth of the transfer, GB/s
-                    busbw = round(nbytes / (t_ns / NS_PER_S) * f / 1e9, 4)
-            groups.append(NULL_INT if group is None else group)
-            nbytes_out.append(NULL_INT if nbytes is None else nbytes)
-            busbws.append(_NAN if busbw is None else busbw)
-            named = _unit_name(kind, id_, inferred, phase, orders)
-            ids.append(names.setdefault(named, named))
-        for n in ("kind", "phase", "collective", "dtype"):
-            columns[n].extend(texts[n])
-        columns["id"].extend(ids)
-        columns["group_size"].extend(groups)
-        columns["bytes"].extend(nbytes_out)
-        columns["busbw_gbps"].extend(busbws)
-        for n, src in (("rank", "rank"), ("event_id", "event_id"), ("start_ns", "ts_ns"),
-                       ("step", "step"), ("microbatch", "microbatch"),
-                       ("launch_ts_ns", "cpu_launch_ts_ns"), ("ready_ns", "ready_ns")):
-            columns[n].extend(_int_column(got[src]))
-        columns["compute_before_ns"].extend(_int_column(got["compute_before_ns"], 0))  # none before its launch: 0
+    per_rank = sql.tuples(con, "collectives.per_rank")
+    build = _Build(info.manifest, info.world_size, sum(n for _, n in per_rank))
+    for first, last in _rank_ranges(per_rank):
+        for part in sql.arrow_batches(con, query, first_rank=first, last_rank=last):  # never every row at once
+            build.add(dict(zip(part.schema.names, part.columns)))
+    return build.finished()
+
+
+# Rows that one query sorts (``_rank_ranges``): the query of every rank at once held its
+# sorted rows beside the columns being built (about 60 MiB at 256 ranks; measured).
+ROWS_PER_QUERY = 2 ** 16
+
+
+def _rank_ranges(per_rank: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Consecutive ranks (first, last) with at most ``ROWS_PER_QUERY`` transfers together, or
+    one rank with more."""
+    ranges, first, held = [], None, 0
+    for rank, n in per_rank:
+        if first is not None and held + n > ROWS_PER_QUERY:
+            ranges.append((first, last))
+            first, held = None, 0
+        if first is None:
+            first = rank
+        last, held = rank, held + n
+    if first is not None:
+        ranges.append((first, last))
+    return ranges
+
+
+_TYPECODE = {**{n: "q" for n in _INTS + _NULLABLE_INTS}, **{n: "d" for n in _FLOATS},
+             **{n: "H" for n in _TEXTS}, **{n: "b" for n in _FLAGS}}
+# SQL columns copied as integer columns (collectives.sql's names)
+_COPIED_INTS = (("rank", "rank"), ("event_id", "event_id"), ("start_ns", "ts_ns"), ("step", "step"),
+                ("microbatch", "microbatch"), ("launch_ts_ns", "cpu_launch_ts_ns"), ("ready_ns", "ready_ns"))
+
+
+class _Build:
+    """``compute``'s columns, a batch of SQL rows at a time, written into columns of the
+    run's size made at the start: columns grown batch by batch left the freed copies
+    between other allocations, about 70 MiB held by the allocator at 256 ranks beside
+    84 MiB of columns (it went back to the system on ``malloc_trim``; measured)."""
+
+    def __init__(self, manifest: Manifest, world_size: int | None, rows: int):
+        self.defaults, self.world = manifest.group_sizes(), world_size
+        self.orders = _unit_orders(manifest)
+        self.factor = _bus_factors()
+        self.codes = _Codes()
+        self.columns = {n: array.array(_TYPECODE[n], [0]) * rows for n in FIELDS}
+        self.size = 0
+        self.named: dict = {}  # (id code, phase code) -> the code of the unit's name (FSDP1)
+
+    def add(self, got: dict) -> None:
+        """A batch of SQL rows (Arrow columns by name) onto the columns."""
+        import numpy as np
+
+        rows = len(got["rank"])
+        code = {n: self._codes(got[n]) for n in _TEXTS}
+        texts = self.codes.texts
+        transfer = _ints(got["comm_ns"], 0) - _ints(got["wait_ns"], 0)  # comm less the wait for the last peer
+        inferred = _flags(got["inferred"])
+        # the group: the trace's, else the manifest's for the collective, else the world
+        # (``group or default``: a group of 0 is none)
+        group = _ints(got["group_size"], 0)
+        default = np.array([self._default_group(t) for t in texts], np.int64)
+        group = np.where(group != 0, group, default[code["collective"]])
+        has_group = (group != NULL_INT) & (group != 0)
+        # nccl-tests' all-gather size is the gathered output
+        nbytes = _ints(got["bytes"])
+        has_bytes = (nbytes != NULL_INT) & (nbytes != 0)
+        nbytes = np.where(_flags(got["shard_only"]).astype(bool) & has_bytes & has_group, nbytes * group, nbytes)
+        # nccl-tests bus bandwidth of the transfer, GB/s, where its kind has a bus factor
+        named_kind = np.array([bool(t) for t in texts], bool)[code["collective"]]
+        sized = has_bytes & (transfer > 0) & named_kind & has_group & (group > 1)
+        busbw = np.full(rows, _NAN)
+        if sized.any():
+            pairs, inverse = np.unique(np.stack([code["collective"][sized].astype(np.int64), group[sized]]),
+                                       axis=1, return_inverse=True)
+            factors = np.array([_NAN if (f := self.factor(texts[c], g)) is None else f for c, g in pairs.T.tolist()],
+                               np.float64)
+            raw = nbytes[sized] / (transfer[sized] / NS_PER_S) * factors[inverse.reshape(-1)] / 1e9
+            # Python's round to 4 places, value by value: NumPy's differs in the last bits
+            busbw[sized] = [v if v != v else round(v, 4) for v in raw.tolist()]
+        # FSDP1's unnamed units: the k-th of a phase is the manifest's k-th (_unit_orders)
+        ids = code["id"]
+        unnamed = (code["kind"] == self.codes.of("fsdp_unit")) & inferred.astype(bool)
+        if unnamed.any():
+            ids = ids.copy()
+            ids[unnamed] = [self._unit(i, p) for i, p in zip(ids[unnamed].tolist(), code["phase"][unnamed].tolist())]
+        out = {"kind": code["kind"], "id": ids, "phase": code["phase"], "collective": code["collective"],
+               "dtype": code["dtype"], "group_size": group, "bytes": nbytes, "busbw_gbps": busbw,
+               "inferred": inferred,
+               "compute_before_ns": _ints(got["compute_before_ns"], 0)}  # none before its launch: 0
+        for n, src in _COPIED_INTS:
+            out[n] = _ints(got[src])
         after = got.get("compute_after_ns")  # a reduce stored before it was kept: none
-        columns["compute_after_ns"].extend(_int_column(after) if after is not None else
-                                           array.array("q", [NULL_INT]) * rows)
-        columns["inferred"].extend(array.array("b", [bool(v) for v in got["inferred"].to_pylist()]))
+        out["compute_after_ns"] = _ints(after) if after is not None else np.full(rows, NULL_INT, np.int64)
         for n in _MS_COLUMNS:
-            columns[n.replace("_ns", "_ms")].extend(_float_column(_ms(got[n])))
-        columns["transfer_ms"].extend(_float_column(
-            _ms(pc.if_else(pc.is_null(got["wait_ns"]), pa.nulls(rows, transfer.type), transfer))))
-        size += rows
-    for n in ("predicted_comm_ms", "predicted_exposed_ms"):
-        columns[n] = array.array("d", [_NAN]) * size
-    return Collectives(columns, size)
+            out[n.replace("_ns", "_ms")] = _ms_numpy(got[n])
+        transfer_ms = transfer / NS_PER_MS
+        transfer_ms[_nulls(got["wait_ns"])] = _NAN  # no peer loaded: no split
+        out["transfer_ms"] = transfer_ms
+        if self.size + rows > len(self.columns["rank"]):  # more rows than counted: never, but room is made
+            for column in self.columns.values():
+                column.extend(array.array(column.typecode, [0]) * rows)
+        if len(self.codes.texts) > 2 ** 16 and self.columns["kind"].typecode == "H":  # codes past 16 bits
+            for n in _TEXTS:
+                self.columns[n] = array.array("I", _numpy_of(self.columns[n]).astype("uint32").tobytes())
+        for n, values in out.items():
+            _numpy_of(self.columns[n])[self.size:self.size + rows] = values
+        self.size += rows
+
+    def finished(self) -> Collectives:
+        """The columns built (no prediction yet)."""
+        for n, column in self.columns.items():
+            if len(column) > self.size:
+                del column[self.size:]
+        for n in ("predicted_comm_ms", "predicted_exposed_ms"):  # none yet (predict.exposure)
+            _numpy_of(self.columns[n])[:] = _NAN
+        return Collectives(self.columns, self.size, self.codes.texts)
+
+    def _codes(self, column):
+        """A text column's codes (``_Codes``), looked up per distinct text of the batch."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            column = pc.cast(column, pa.string())  # a column of nulls typed otherwise by the SQL
+        encoded = pc.dictionary_encode(column)
+        texts = encoded.dictionary.to_pylist() + [None]
+        remap = np.array([self.codes.of(t) for t in texts], np.uint32)
+        return remap[pc.fill_null(encoded.indices, len(texts) - 1).to_numpy(zero_copy_only=False)]
+
+    def _default_group(self, collective) -> int:
+        group = self.defaults.get(collective or "", self.world)
+        return NULL_INT if group is None else group
+
+    def _unit(self, id_code: int, phase_code: int) -> int:
+        key = (id_code, phase_code)
+        if key not in self.named:
+            texts = self.codes.texts
+            self.named[key] = self.codes.of(_unit_name("fsdp_unit", texts[id_code], True, texts[phase_code],
+                                                       self.orders))
+        return self.named[key]
+
+
+def _ints(column, null: int = NULL_INT):
+    """An Arrow integer column as NumPy int64, a null as ``null``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_integer(column.type):  # a column of nulls typed as text by the SQL; a number
+        column = pc.cast(column, pa.int64())
+    if column.null_count:
+        column = pc.fill_null(column, pa.scalar(null, column.type))
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _flags(column):
+    """An Arrow flag column as NumPy int8 (a null as false)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if column.null_count:
+        column = pc.fill_null(column, False)
+    return column.to_numpy(zero_copy_only=False).astype(np.int8)
+
+
+def _nulls(column):
+    """Where an Arrow column is null, as a NumPy mask."""
+    import numpy as np
+
+    if not column.null_count:
+        return np.zeros(len(column), bool)
+    return column.is_null().to_numpy(zero_copy_only=False)
+
+
+def _ms_numpy(column):
+    """A column of nanoseconds as milliseconds to the nanosecond (``units.ms`` of each value),
+    NumPy float64, a null as NaN. For integers one division: ``n / 1e6`` is already
+    ``round(n / 1e6, 6)`` for an integer n below 2**53 (the division is correctly rounded,
+    and the nearest double to a number of 6 decimals rounds back to itself), so the 6
+    million ``round`` calls of a 1,024-rank run are left out."""
+    import numpy as np
+    import pyarrow as pa
+
+    if pa.types.is_integer(column.type):  # a null comes as NaN
+        return column.to_numpy(zero_copy_only=False).astype(np.float64) / NS_PER_MS
+    return np.array([_NAN if v is None else round(v / NS_PER_MS, MS_DIGITS) for v in column.to_pylist()], np.float64)

@@ -253,7 +253,7 @@ def _per_step(rows: Sequence[Collective], overlap_steps: list[dict], inputs: _In
     counts = np.bincount(slot, minlength=n)
 
     def sums(name: str) -> tuple:
-        values = np.frombuffer(table.columns[name], np.float64)
+        values = table.numpy(name)
         known = ~np.isnan(values)
         return (np.bincount(slot[known], weights=values[known], minlength=n).tolist(),
                 np.bincount(slot[known], minlength=n).tolist())
@@ -362,28 +362,32 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
 def summary(rows: Sequence[Collective]) -> list[dict]:
     """Per (kind, id, phase) over ranks and steps: means and the median bus bandwidth; most exposed first.
 
-    Read column by column (``Collectives``): grouping a 1,024-rank run's rows held a view
-    of each (some 140 MB, as ``_per_step``'s). Means are ``statistics.fmean``'s over a
+    Read column by column (``Collectives``), grouped by its texts' codes: grouping a
+    1,024-rank run's rows held a view of each (some 140 MB, as ``_per_step``'s). Means are ``statistics.fmean``'s over a
     group's NumPy values (an exact sum, then one division: no list of them), so the figures
     do not depend on the order they are read in; the median bus bandwidth lists its group's."""
     import numpy as np
 
     table = collectives.table_of(rows)
-    c = table.columns
-    keys: dict[tuple, int] = {}  # (kind, id, phase) -> its group, numbered in the order first met
-
-    def number(key: tuple) -> int:
-        g = keys.get(key)
-        if g is None:
-            g = keys[key] = len(keys)
-        return g
-
-    group = np.fromiter(map(number, zip(c["kind"], c["id"], c["phase"])), np.int64, table.size)
+    texts = table.texts
+    codes = [table.numpy(n).astype(np.int64) for n in ("kind", "id", "phase")]
+    # each row's group by its texts' codes, as one number where it fits in 63 bits
+    distinct = max(1, len(texts))
+    if distinct ** 3 < 2 ** 63:
+        _, first, group = np.unique((codes[0] * distinct + codes[1]) * distinct + codes[2], return_index=True,
+                                    return_inverse=True)
+    else:
+        _, first, group = np.unique(np.stack(codes), axis=1, return_index=True, return_inverse=True)
+    met = np.argsort(first, kind="stable")  # the groups numbered in the order first met
+    renumber = np.empty_like(met)
+    renumber[met] = np.arange(len(met))
+    group = renumber[group.reshape(-1)]
+    keys = [tuple(texts[c[i]] for c in codes) for i in first[met].tolist()]
     order = np.argsort(group, kind="stable")  # each group's rows in row order
     ends = np.cumsum(np.bincount(group, minlength=len(keys)))
-    floats = {n: np.frombuffer(c[n], np.float64) for n in
+    floats = {n: table.numpy(n) for n in
               ("comm_ms", "exposed_ms", "busbw_gbps", "predicted_comm_ms", "predicted_exposed_ms")}
-    nbytes, inferred = np.frombuffer(c["bytes"], np.int64), np.frombuffer(c["inferred"], np.int8)
+    nbytes, inferred = table.numpy("bytes"), table.numpy("inferred")
 
     def known(name: str, index):  # the group's values of a column, nulls (NaN) left out
         values = floats[name][index]
@@ -393,7 +397,7 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
         return round(statistics.fmean(values), 6) if len(values) else None
 
     out = []
-    for (kind, id_, phase), g in keys.items():
+    for g, (kind, id_, phase) in enumerate(keys):
         index = order[(ends[g - 1] if g else 0):ends[g]]
         bws = known("busbw_gbps", index).tolist()
         comm, exposed = mean(known("comm_ms", index)), mean(known("exposed_ms", index))

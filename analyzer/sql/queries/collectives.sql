@@ -1,7 +1,14 @@
 -- Reading collectives.sql's table (measure/collectives.py).
 
+-- name: per_rank
+-- Collective transfers per rank (the rows of stats and stats_waited: their joins find one row or none).
+SELECT rank, count(*) AS n FROM collective_stats GROUP BY rank ORDER BY rank;
+
+-- The transfers of ranks first_rank to last_rank (a few ranks at a time: the sort then holds
+-- theirs, not the run's).
 -- name: stats
-SELECT *, NULL::BIGINT AS wait_ns, NULL::BIGINT AS exposed_wait_ns FROM collective_stats ORDER BY rank, ts_ns, event_id;
+SELECT *, NULL::BIGINT AS wait_ns, NULL::BIGINT AS exposed_wait_ns FROM collective_stats
+WHERE rank BETWEEN $first_rank AND $last_rank ORDER BY rank, ts_ns, event_id;
 
 -- With each transfer's wait for its peers (waits.sql's comm_wait; null where no peer ran it)
 -- and the part of its exposed time spent in that wait. The wait comes first (nothing moves
@@ -18,6 +25,7 @@ SELECT s.*, CASE WHEN w.peers > 1 THEN w.wait_ns END AS wait_ns,
        END::BIGINT AS exposed_wait_ns
 FROM collective_stats s LEFT JOIN comm_wait w ON w.rank = s.rank AND w.event_id = s.event_id
 LEFT JOIN comm_wait_hidden h ON h.rank = s.rank AND h.event_id = s.event_id
+WHERE s.rank BETWEEN $first_rank AND $last_rank
 ORDER BY s.rank, s.ts_ns, s.event_id;
 
 -- name: forwards
