@@ -8,9 +8,10 @@ from collections import defaultdict
 
 from overlapscope.analyzer.checklist.context import CheckContext
 from overlapscope.analyzer.checklist.evidence import (AGGREGATION, exposed_transfer, fmt_bytes, fmt_ms, headline_figure,
-                                                      per_step, transfer, worst_owners)
+                                                      per_step, steps_of, transfer, worst_owners)
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
 from overlapscope.analyzer.checklist.setup import join, only_for, pick
+from overlapscope.analyzer.measure.collectives import NULL_INT, Selection, median, selection
 from overlapscope.analyzer.measure.rates import BANDWIDTH_MIN_BYTES
 from overlapscope.analyzer.predict.plan import BLOCKING_EXPOSED, blocking_families
 from overlapscope.analyzer.units import NS_PER_MS
@@ -287,17 +288,26 @@ def _fp32_fix(ctx: CheckContext) -> str:
       "Reduce gradients in bf16 where numerics allow: MixedPrecisionPolicy(reduce_dtype=torch.bfloat16) "
       "for FSDP2, a bf16 compress hook for DDP (ddp.register_comm_hook(None, bf16_compress_hook)).")
 def fp32_reduction(ctx: CheckContext) -> Result:
+    import numpy as np
+
     fix = _fp32_fix(ctx)
-    reduce_rows = [r for r in ctx.rows if r.phase in ("reduce_scatter", "allreduce") and r.dtype]
+    # on the columns: every collective of a data-parallel run is a reduction or a gather
+    rows = selection(ctx.rows)
+    texts = rows.texts
+    phase, dtype = rows.numpy("phase"), rows.numpy("dtype")
+    typed = np.array([bool(x) for x in texts], bool)[dtype] if len(rows) else np.zeros(0, bool)
+    reduce_rows = rows.where(np.isin(phase, [rows.code("reduce_scatter"), rows.code("allreduce")]) & typed)
     if not reduce_rows:
         return na("no gradient reductions with a dtype in the trace", fix)
-    dtypes = sorted({str(r.dtype) for r in reduce_rows})
+    dtypes = sorted({str(texts[c]) for c in np.unique(reduce_rows.numpy("dtype")).tolist()})
     fp32 = [d for d in dtypes if d.lower() in _FP32]
-    gathers = sorted({str(r.dtype) for r in ctx.rows if r.phase.endswith("allgather") and r.dtype})
+    gathering = np.array([(x or "").endswith("allgather") for x in texts], bool)[phase] & typed
+    gathers = sorted({str(texts[c]) for c in np.unique(dtype[gathering]).tolist()})
     param = (ctx.manifest.param_dtype or "").replace("torch.", "")
     if not fp32:
         return Result("pass", f"gradients reduced in {', '.join(dtypes)}", fix=fix)
-    nbytes = sum(r.bytes or 0 for r in reduce_rows) / (len(per_step(reduce_rows)) or 1)
+    nbytes = reduce_rows.numpy("bytes")
+    nbytes = int(np.where(nbytes == NULL_INT, 0, nbytes).sum()) / (steps_of(reduce_rows) or 1)
     low_precision = any(d.lower() in _HALF for d in gathers) or param in ("bfloat16", "float16")
     evidence = (f"reductions in {', '.join(dtypes)} ({nbytes / 1e6:.3g} MB per step and rank)"
                 + (f" while parameters are gathered in {', '.join(gathers)}" if gathers else "")
@@ -327,27 +337,41 @@ _OTHER_HINTS = {
 _OTHER_DEFAULT = "collectives outside buckets and units: see what launches them on the Timeline"
 
 
-def _other_kind(r) -> str:
-    return r.collective or r.phase or "unknown"
+def _other_kinds(rows: Selection) -> tuple[list[str], object]:
+    """The kinds of other communication among ``rows`` (a row's collective, else its phase),
+    in the order first met, and each row's kind as an index into them (NumPy)."""
+    import numpy as np
+
+    texts = rows.texts
+    pairs, first, inverse = np.unique(np.stack([rows.numpy("collective"), rows.numpy("phase")]).astype(np.int64),
+                                      axis=1, return_index=True, return_inverse=True)
+    named = [texts[c] or texts[p] or "unknown" for c, p in pairs.T.tolist()]
+    kinds: dict[str, int] = {}
+    for j in np.argsort(first, kind="stable").tolist():
+        kinds.setdefault(named[j], len(kinds))
+    return list(kinds), np.array([kinds[n] for n in named], np.int64)[inverse.reshape(-1)]
 
 
 @rule("other_comm", "Other communication: all-to-all, send/recv, broadcast, all-reduces outside buckets",
       "Look at what launches the collectives that belong to no DDP bucket or FSDP unit: embedding exchanges "
       "(all-to-all), pipeline bubbles (send/recv), buffer broadcasts, metric all-reduces.")
 def other_comm(ctx: CheckContext) -> Result:
-    rows = [r for r in ctx.rows if r.kind == "other"]
-    in_steps = [r for r in rows if r.step is not None]
+    import numpy as np
+
+    # on the columns: a run of other collectives only (an all-reduce benchmark) has millions
+    rows = selection(ctx.rows)
+    rows = rows.where(rows.numpy("kind") == rows.code("other"))
+    in_steps = rows.where(rows.numpy("step") != NULL_INT)
     owners = pick(ctx.setup, ddp="DDP buckets", fsdp="FSDP units", default="DDP buckets and FSDP units")
     nothing = f"Nothing to do: the step's communication belongs to the {owners}."
     if not rows:
         return Result("pass", f"no communication outside the {owners}", fix=nothing)
     if not in_steps or not ctx.steps:
-        kinds = ", ".join(sorted({_other_kind(r) for r in rows}))
+        kinds = ", ".join(sorted(_other_kinds(rows)[0]))
         return Result("pass", f"{len(rows)} collectives outside the {owners} ({kinds}), none inside a "
                               f"profiled step", fix=nothing)
-    by_kind: dict[str, list] = defaultdict(list)
-    for r in in_steps:
-        by_kind[_other_kind(r)].append(r)
+    names, kind_of = _other_kinds(in_steps)
+    by_kind = {k: in_steps.where(kind_of == i) for i, k in enumerate(names)}
     figures = {k: headline_figure(ctx.steps, v) for k, v in by_kind.items()}
     exposed = {k: f.ms for k, f in figures.items()}
     count = {k: headline_figure(ctx.steps, v, value=lambda r: 1.0).ms for k, v in by_kind.items()}
@@ -355,11 +379,12 @@ def other_comm(ctx: CheckContext) -> Result:
     parts = []
     for k in order:
         v = by_kind[k]
-        sizes = [r.bytes for r in v if r.bytes]
+        sizes = v.numpy("bytes")
+        sizes = sizes[(sizes != NULL_INT) & (sizes != 0)]
         moving = headline_figure(ctx.steps, v, value=transfer).ms
         waiting = headline_figure(ctx.steps, v, value=lambda r: r.exposed_wait_ms or 0.0).ms
         parts.append(f"{k}: {count[k]:.3g} per step"
-                     + (f", median {fmt_bytes(statistics.median(sizes))}" if sizes else ", sizes unknown")
+                     + (f", median {fmt_bytes(median(sizes))}" if len(sizes) else ", sizes unknown")
                      + f", {fmt_ms(moving)} transfer, {fmt_ms(exposed[k])} exposed per step "
                      f"({100 * figures[k].share:.1f}% of the step)"
                      + (f", besides {fmt_ms(waiting)} exposed waiting for peers (see straggler)" if waiting else ""))

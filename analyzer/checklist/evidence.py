@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from overlapscope.analyzer import headline
-from overlapscope.analyzer.measure.collectives import Collective
+from overlapscope.analyzer.measure.collectives import NULL_INT, Collective
 
 AGGREGATION = "median step of the slowest rank, as the headline"
 
@@ -62,6 +62,18 @@ def per_step(rows: list[Collective]) -> dict[tuple, list[Collective]]:
         if r.step is not None:
             groups[(r.rank, r.step)].append(r)
     return groups
+
+
+def steps_of(rows) -> int:
+    """How many (rank, step) the rows with a step belong to (``len(per_step(rows))``), read
+    from the columns (a ``Collectives`` or ``Selection``)."""
+    import numpy as np
+
+    step = rows.numpy("step")
+    known = step != NULL_INT
+    if not known.any():
+        return 0
+    return np.unique(np.stack([rows.numpy("rank")[known], step[known]]), axis=1).shape[1]
 
 
 def label(r: Collective) -> str:

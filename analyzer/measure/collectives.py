@@ -259,6 +259,19 @@ class Collectives(Sequence):
         ``texts``, flags int8)."""
         return _numpy_of(self.columns[name])
 
+    def code(self, text) -> int:
+        """The code of ``text`` in the text columns, -1 where no row has it."""
+        try:
+            return self.texts.index(text)
+        except ValueError:
+            return -1
+
+    def where(self, mask) -> "Selection":
+        """The rows where ``mask`` (NumPy booleans, one per row) is true."""
+        import numpy as np
+
+        return Selection(self, np.flatnonzero(mask))
+
     def values(self, name: str, start: int = 0, stop: int | None = None) -> list:
         """Column ``name`` of rows ``start:stop`` as Python values (None for a null)."""
         col = self.columns[name][start:stop]
@@ -277,6 +290,69 @@ class Collectives(Sequence):
         """Rows ``start:stop`` as ``Collective`` objects."""
         columns = [self.values(n, start, stop) for n in FIELDS]
         return [Collective(**dict(zip(FIELDS, vals))) for vals in zip(*columns)]
+
+
+class Selection(Sequence):
+    """Some rows of a ``Collectives`` by their indexes, in its order, read as rows like it: 8
+    bytes a row, where a list of the rows' views took about 68 (a checklist rule held one of
+    every collective of a 1,024-rank run, 2.07 million)."""
+
+    __slots__ = ("table", "index")
+
+    def __init__(self, table: Collectives, index):
+        self.table = table
+        self.index = index  # NumPy int64, ascending
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Selection(self.table, self.index[i])
+        return CollectiveRow(self.table, int(self.index[i]))
+
+    def __iter__(self):
+        # the indexes as Python ints a block at a time (a list of them all is 36 bytes a row)
+        blocks = (self.index[k:k + 65_536].tolist() for k in range(0, len(self.index), 65_536))
+        return map(CollectiveRow, itertools.repeat(self.table), itertools.chain.from_iterable(blocks))
+
+    @property
+    def texts(self) -> list:
+        return self.table.texts
+
+    def code(self, text) -> int:
+        return self.table.code(text)
+
+    def numpy(self, name: str):
+        """Column ``name`` of these rows (a NumPy copy), held as ``Collectives.numpy``'s."""
+        return self.table.numpy(name)[self.index]
+
+    def where(self, mask) -> "Selection":
+        """These rows where ``mask`` (one per row of this selection) is true."""
+        return Selection(self.table, self.index[mask])
+
+
+def selection(rows) -> Selection:
+    """Every row of ``rows`` (a ``Collectives``, a ``Selection`` or a list of rows) as a
+    ``Selection``: what a rule narrows down with column masks."""
+    import numpy as np
+
+    if isinstance(rows, Selection):
+        return rows
+    table = table_of(rows)
+    return Selection(table, np.arange(len(table), dtype=np.int64))
+
+
+def median(values):
+    """``statistics.median`` of NumPy values, read as Python numbers (the middle one, or the mean
+    of the two middle ones), without listing them (36 bytes a value)."""
+    import numpy as np
+
+    ordered = np.sort(values)
+    n, mid = len(ordered), len(ordered) // 2
+    if not n:
+        raise ValueError("no median of no values")
+    return ordered[mid].item() if n % 2 else (ordered[mid - 1].item() + ordered[mid].item()) / 2
 
 
 _NAN = float("nan")

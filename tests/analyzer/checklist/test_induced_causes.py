@@ -235,9 +235,11 @@ def test_raw_fsdp_accumulation_is_seen_from_the_root_forwards_and_no_sync_is_pre
     alone: predicted 364.3 and 347.6 ms against 359.1 and 339.9 ms for the runs with
     set_requires_gradient_sync(False) (the sync runs: 421.0 and 417.9 ms)."""
     fsdp = ["--nproc", "2", "--fsdp", "--accum", "4", "--active", "3", "--after", "2"]
-    with quiet():  # one turn for the four runs, interleaved
+    # three pairs, interleaved: the median of two is their mean, and one pair slowed by a loaded
+    # suite's neighbour decided it (a median ratio of 2.2, predicted to measured, twice in full runs)
+    with quiet():  # one turn for the six runs
         pairs = [(_capture(tmp_path / f"sync{i}", *fsdp), _capture(tmp_path / f"nosync{i}", *fsdp, "--no-sync"))
-                 for i in range(2)]
+                 for i in range(3)]
     f = _findings(pairs[0][0])["accumulation_comm"]
     assert "4 micro-batches per step" in f["evidence"] and "reduce-scatters in 4 micro-batches" in f["evidence"], f
     assert "root pre-forward" in f["evidence"] and f["whatif"] == "--no-sync", f

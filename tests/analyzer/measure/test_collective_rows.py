@@ -115,3 +115,57 @@ def test_a_row_of_columns_is_a_fraction_of_an_object():
         if isinstance(getattr(r, f), float) or (isinstance(getattr(r, f), int) and getattr(r, f) > 256))
     assert column_bytes / n < 250, column_bytes / n
     assert object_bytes / column_bytes > 2.5, (object_bytes / n, column_bytes / n)
+
+
+# --- Selection: some rows of a Collectives by index, narrowed with column masks --------------
+
+import statistics  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(COLLECTIVES, max_size=30), st.sampled_from(["ddp_bucket", "other", "absent"]), st.booleans())
+def test_a_selection_is_the_rows_a_filter_keeps(rows, kind, with_step):
+    table = Collectives.of(rows)
+    chosen = cols.selection(table)
+    chosen = chosen.where(chosen.numpy("kind") == chosen.code(kind))
+    if with_step:
+        chosen = chosen.where(chosen.numpy("step") != cols.NULL_INT)
+    want = [r for r in rows if r.kind == kind and (r.step is not None or not with_step)]
+    assert len(chosen) == len(want) and bool(chosen) == bool(want)
+    assert [_fields(r) for r in chosen] == [_fields(r) for r in want]
+    assert [_fields(chosen[i]) for i in range(len(want))] == [_fields(r) for r in want]
+    assert [_fields(r) for r in chosen[::2]] == [_fields(r) for r in want[::2]]
+    assert chosen.numpy("event_id").tolist() == [r.event_id for r in want]
+    assert chosen.texts is table.texts and table.code("no such text") == -1
+
+
+def test_a_selection_iterates_past_its_blocks():
+    # rows are read a block of 65,536 indexes at a time: every row once, in order, across blocks
+    n = 65_536 * 2 + 3
+    table = Collectives.of([Collective(rank=0, step=None, kind="other", id=None, phase="broadcast", collective=None,
+                                       bytes=None, dtype=None, group_size=None, microbatch=None, offset_ms=None,
+                                       comm_ms=1.0, exposed_ms=0.0, busbw_gbps=None, inferred=False, event_id=0)]
+                           * n)
+    assert sum(1 for _ in cols.selection(table)) == n
+    odd = cols.selection(table).where(np.arange(n) % 2 == 1)
+    assert [r.index for r in odd] == list(range(1, n, 2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(st.integers(-(2**52), 2**52), min_size=1, max_size=40),
+                 st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64), min_size=1, max_size=40)))
+def test_median_of_numpy_values_is_statistics_median(values):
+    got = cols.median(np.array(values))
+    want = statistics.median(values)
+    assert got == want and type(got) is type(want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(COLLECTIVES, max_size=30))
+def test_steps_of_counts_what_per_step_groups(rows):
+    from overlapscope.analyzer.checklist.evidence import per_step, steps_of
+
+    assert steps_of(Collectives.of(rows)) == len(per_step(rows))
+    assert steps_of(cols.selection(Collectives.of(rows))) == len({(r.rank, r.step) for r in rows if r.step is not None})
