@@ -343,13 +343,21 @@ def _other_kinds(rows: Selection) -> tuple[list[str], object]:
     import numpy as np
 
     texts = rows.texts
-    pairs, first, inverse = np.unique(np.stack([rows.numpy("collective"), rows.numpy("phase")]).astype(np.int64),
-                                      axis=1, return_index=True, return_inverse=True)
-    named = [texts[c] or texts[p] or "unknown" for c, p in pairs.T.tolist()]
+    # one int64 key per row (collective code, then phase code), made in place; the few distinct
+    # keys sorted, each row's position among them, and where each is first met
+    width = len(texts)
+    keys = rows.numpy("collective").astype(np.int64)
+    keys *= width
+    keys += rows.numpy("phase")
+    distinct = np.unique(keys)
+    position = np.searchsorted(distinct, keys)
+    del keys
+    first = [int(np.argmax(position == j)) for j in range(len(distinct))]
+    named = [texts[c] or texts[p] or "unknown" for c, p in zip(*(k.tolist() for k in divmod(distinct, width)))]
     kinds: dict[str, int] = {}
     for j in np.argsort(first, kind="stable").tolist():
         kinds.setdefault(named[j], len(kinds))
-    return list(kinds), np.array([kinds[n] for n in named], np.int64)[inverse.reshape(-1)]
+    return list(kinds), np.array([kinds[n] for n in named], np.int64)[position]
 
 
 @rule("other_comm", "Other communication: all-to-all, send/recv, broadcast, all-reduces outside buckets",
@@ -372,6 +380,7 @@ def other_comm(ctx: CheckContext) -> Result:
                               f"profiled step", fix=nothing)
     names, kind_of = _other_kinds(in_steps)
     by_kind = {k: in_steps.where(kind_of == i) for i, k in enumerate(names)}
+    del kind_of
     figures = {k: headline_figure(ctx.steps, v) for k, v in by_kind.items()}
     exposed = {k: f.ms for k, f in figures.items()}
     count = {k: headline_figure(ctx.steps, v, value=lambda r: 1.0).ms for k, v in by_kind.items()}

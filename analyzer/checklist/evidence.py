@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from overlapscope.analyzer import headline
-from overlapscope.analyzer.measure.collectives import NULL_INT, Collective
+from overlapscope.analyzer.measure.collectives import NULL_INT, Collective, Collectives, Selection, selection
 
 AGGREGATION = "median step of the slowest rank, as the headline"
 
@@ -47,6 +47,9 @@ def headline_figure(steps: list[dict], rows: list[Collective],
         worst = max(total, key=lambda k: (total[k], -k), default=None)
         return Figure(total.get(worst, 0.0), 0.0, worst)
     per_step: dict[int, float] = {s["step"]: 0.0 for s in steps if s["rank"] == rank}
+    if isinstance(rows, (Collectives, Selection)):  # that rank's rows by its column, in their order
+        rows = selection(rows)
+        rows = rows.where(rows.numpy("rank") == rank)
     for r in rows:
         if r.rank == rank and r.step in per_step:
             per_step[r.step] += value(r)

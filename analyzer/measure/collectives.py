@@ -328,8 +328,9 @@ class Selection(Sequence):
         return self.table.numpy(name)[self.index]
 
     def where(self, mask) -> "Selection":
-        """These rows where ``mask`` (one per row of this selection) is true."""
-        return Selection(self.table, self.index[mask])
+        """These rows where ``mask`` (one per row of this selection) is true (this selection
+        itself where it is true everywhere: no copy of the index)."""
+        return self if mask.all() else Selection(self.table, self.index[mask])
 
 
 def selection(rows) -> Selection:

@@ -169,3 +169,57 @@ def test_steps_of_counts_what_per_step_groups(rows):
 
     assert steps_of(Collectives.of(rows)) == len(per_step(rows))
     assert steps_of(cols.selection(Collectives.of(rows))) == len({(r.rank, r.step) for r in rows if r.step is not None})
+
+
+def test_a_mask_true_everywhere_keeps_the_selection():
+    rows = [Collective(rank=r, step=0, kind="other", id=None, phase="broadcast", collective=None, bytes=None,
+                       dtype=None, group_size=None, microbatch=None, offset_ms=None, comm_ms=1.0, exposed_ms=0.0,
+                       busbw_gbps=None, inferred=False, event_id=r) for r in range(3)]
+    every = cols.selection(Collectives.of(rows))
+    assert every.where(np.ones(3, bool)) is every  # no copy of the index
+    assert [r.rank for r in every.where(np.array([True, False, True]))] == [0, 2]
+
+
+# --- the checklist's readers of a selection, against the rows summed one by one here ----------
+
+_SMALL = st.builds(
+    Collective, rank=st.integers(0, 2), step=st.one_of(st.none(), st.integers(0, 3)), kind=st.just("other"),
+    id=st.none(), phase=st.sampled_from(["broadcast", "all_to_all", "send"]),
+    collective=st.one_of(st.none(), st.sampled_from(["all_reduce", "broadcast", ""])), bytes=st.none(),
+    dtype=st.none(), group_size=st.none(), microbatch=st.none(), offset_ms=st.none(),
+    comm_ms=st.floats(0, 1e6), exposed_ms=st.floats(0, 1e6), busbw_gbps=st.none(), inferred=st.just(False),
+    event_id=st.integers(0, 100))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SMALL, max_size=40), st.sampled_from([0, 1, 2]))
+def test_a_headline_figure_of_a_selection_sums_the_slowest_ranks_steps(rows, slow):
+    from overlapscope.analyzer.checklist.evidence import headline_figure
+
+    # steps 0-2 of each rank (step 3 is outside them); rank ``slow`` has the longest steps
+    steps = [{"rank": r, "step": s, "step_ms": 100.0 if r == slow else 10.0, "exposed_comm_ms": 1.0}
+             for r in range(3) for s in range(3)]
+    per_step = {s: 0.0 for s in range(3)}
+    for r in rows:  # in row order: the sums are order-dependent in the last bits
+        if r.rank == slow and r.step in per_step:
+            per_step[r.step] += r.comm_ms
+    want = statistics.median(per_step.values())
+    table = Collectives.of(rows)
+    for given_rows in (rows, table, cols.selection(table)):
+        got = headline_figure(steps, given_rows, value=lambda r: r.comm_ms)
+        assert (got.ms, got.share, got.rank) == (want, want / 100.0, slow)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SMALL, min_size=1, max_size=40))
+def test_other_kinds_are_named_in_the_order_first_met(rows):
+    from overlapscope.analyzer.checklist.comm import _other_kinds
+
+    want_names: list[str] = []
+    for r in rows:
+        name = r.collective or r.phase or "unknown"
+        if name not in want_names:
+            want_names.append(name)
+    names, kind_of = _other_kinds(cols.selection(Collectives.of(rows)))
+    assert names == want_names
+    assert [names[k] for k in kind_of.tolist()] == [r.collective or r.phase or "unknown" for r in rows]
