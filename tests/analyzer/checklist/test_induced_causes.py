@@ -240,9 +240,14 @@ def test_raw_fsdp_accumulation_is_seen_from_the_root_forwards_and_no_sync_is_pre
     with quiet():  # one turn for the six runs
         pairs = [(_capture(tmp_path / f"sync{i}", *fsdp), _capture(tmp_path / f"nosync{i}", *fsdp, "--no-sync"))
                  for i in range(3)]
-    f = _findings(pairs[0][0])["accumulation_comm"]
-    assert "4 micro-batches per step" in f["evidence"] and "reduce-scatters in 4 micro-batches" in f["evidence"], f
-    assert "root pre-forward" in f["evidence"] and f["whatif"] == "--no-sync", f
+    found = [_findings(s)["accumulation_comm"] for s, _ in pairs]
+    for f in found:  # what each sync run's trace shows does not depend on the load
+        assert "4 micro-batches per step" in f["evidence"] and "reduce-scatters in 4 micro-batches" in f["evidence"], f
+        assert "root pre-forward" in f["evidence"], f
+    # the link needs the predicted gain above the floor (13-17 % alone): two of the three runs, as
+    # the ratios below take the median (under a loaded suite one sync run's gain fell below it)
+    linked = [f["whatif"] == "--no-sync" for f in found]
+    assert sum(linked) >= 2, [(f["whatif"], f.get("no_change")) for f in found]
     assert "reduce-scatters in 1 micro-batch per step" in _findings(pairs[0][1])["accumulation_comm"]["evidence"]
     _assert_no_sync_predicted(pairs, least_gain=0.05)  # FSDP2 here: 13-17 % measured alone
 
