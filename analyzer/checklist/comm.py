@@ -11,7 +11,7 @@ from overlapscope.analyzer.checklist.evidence import (AGGREGATION, exposed_trans
                                                       per_step, steps_of, transfer, worst_owners)
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
 from overlapscope.analyzer.checklist.setup import join, only_for, pick
-from overlapscope.analyzer.measure.collectives import NULL_INT, Selection, median, selection
+from overlapscope.analyzer.measure.collectives import NULL_INT, Selection, median, selection, text_test
 from overlapscope.analyzer.measure.rates import BANDWIDTH_MIN_BYTES
 from overlapscope.analyzer.predict.plan import BLOCKING_EXPOSED, blocking_families
 from overlapscope.analyzer.units import NS_PER_MS
@@ -295,13 +295,13 @@ def fp32_reduction(ctx: CheckContext) -> Result:
     rows = selection(ctx.rows)
     texts = rows.texts
     phase, dtype = rows.numpy("phase"), rows.numpy("dtype")
-    typed = np.array([bool(x) for x in texts], bool)[dtype] if len(rows) else np.zeros(0, bool)
+    typed = text_test(texts, bool, dtype)
     reduce_rows = rows.where(np.isin(phase, [rows.code("reduce_scatter"), rows.code("allreduce")]) & typed)
     if not reduce_rows:
         return na("no gradient reductions with a dtype in the trace", fix)
     dtypes = sorted({str(texts[c]) for c in np.unique(reduce_rows.numpy("dtype")).tolist()})
     fp32 = [d for d in dtypes if d.lower() in _FP32]
-    gathering = np.array([(x or "").endswith("allgather") for x in texts], bool)[phase] & typed
+    gathering = text_test(texts, lambda x: (x or "").endswith("allgather"), phase) & typed
     gathers = sorted({str(texts[c]) for c in np.unique(dtype[gathering]).tolist()})
     param = (ctx.manifest.param_dtype or "").replace("torch.", "")
     if not fp32:

@@ -266,12 +266,6 @@ class Collectives(Sequence):
         except ValueError:
             return -1
 
-    def where(self, mask) -> "Selection":
-        """The rows where ``mask`` (NumPy booleans, one per row) is true."""
-        import numpy as np
-
-        return Selection(self, np.flatnonzero(mask))
-
     def values(self, name: str, start: int = 0, stop: int | None = None) -> list:
         """Column ``name`` of rows ``start:stop`` as Python values (None for a null)."""
         col = self.columns[name][start:stop]
@@ -290,6 +284,19 @@ class Collectives(Sequence):
         """Rows ``start:stop`` as ``Collective`` objects."""
         columns = [self.values(n, start, stop) for n in FIELDS]
         return [Collective(**dict(zip(FIELDS, vals))) for vals in zip(*columns)]
+
+
+# Rows a reader of the columns takes at a time where it makes Python values or sorts copies
+# (a Selection's iteration, the model's predictions): what it holds is a block's, not the run's.
+ROWS_PER_BLOCK = 65_536
+
+
+def text_test(texts: list, test, codes):
+    """Per row, whether ``test`` holds for its text (``codes`` into ``texts``), NumPy booleans;
+    ``test`` runs once per distinct text, not once per row."""
+    import numpy as np
+
+    return np.array([bool(test(t)) for t in texts], bool)[codes]
 
 
 class Selection(Sequence):
@@ -313,7 +320,7 @@ class Selection(Sequence):
 
     def __iter__(self):
         # the indexes as Python ints a block at a time (a list of them all is 36 bytes a row)
-        blocks = (self.index[k:k + 65_536].tolist() for k in range(0, len(self.index), 65_536))
+        blocks = (self.index[k:k + ROWS_PER_BLOCK].tolist() for k in range(0, len(self.index), ROWS_PER_BLOCK))
         return map(CollectiveRow, itertools.repeat(self.table), itertools.chain.from_iterable(blocks))
 
     @property
@@ -481,7 +488,7 @@ class _Build:
         has_bytes = (nbytes != NULL_INT) & (nbytes != 0)
         nbytes = np.where(_flags(got["shard_only"]).astype(bool) & has_bytes & has_group, nbytes * group, nbytes)
         # nccl-tests bus bandwidth of the transfer, GB/s, where its kind has a bus factor
-        named_kind = np.array([bool(t) for t in texts], bool)[code["collective"]]
+        named_kind = text_test(texts, bool, code["collective"])
         sized = has_bytes & (transfer > 0) & named_kind & has_group & (group > 1)
         busbw = np.full(rows, _NAN)
         if sized.any():

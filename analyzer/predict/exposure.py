@@ -23,17 +23,12 @@ from __future__ import annotations
 
 import itertools
 
-from overlapscope.analyzer.measure.collectives import NULL_INT, Collective, Collectives, table_of
+from overlapscope.analyzer.measure.collectives import NULL_INT, ROWS_PER_BLOCK, Collective, Collectives, table_of
 from overlapscope.analyzer.predict.comm import CommModel
 from overlapscope.analyzer.predict.plan import StepPlan
 from overlapscope.analyzer.predict.replay import replay_plan
 
 _NAN = float("nan")  # no prediction (Collectives holds a missing number as NaN)
-
-
-# Rows predicted at a time: a block's distinct (kind, bytes, group) found by NumPy, each
-# predicted once for the run (a dict across blocks); what it holds is a block's, not the run's.
-ROWS_PER_BLOCK = 65_536
 
 
 def predict_comm(rows: list[Collective], model: CommModel) -> Collectives:
