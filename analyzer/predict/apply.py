@@ -97,17 +97,33 @@ def _clone(p):
     return StepPlan(0, 0, 0, 0, 0, 0, 0, passes=[p]).copy().passes[0]
 
 
-def _hidden_ms(p) -> float:
-    """The lane time of a pass's collectives that its compute hid (ms), as measured."""
+def _hidden_ms(xfers: list[Xfer]) -> float:
+    """The lane time of collectives that the compute beside them hid (ms), as measured."""
     return sum(max(0.0, x.lane_ms - (x.measured_exposed_ms if x.measured_exposed_ms is not None else x.lane_ms))
-               for x in p.xfers)
+               for x in xfers)
+
+
+def _reductions(p) -> list[Xfer]:
+    """A pass's gradient reductions: what a micro-batch inside no_sync skips."""
+    return list(p.buckets) if isinstance(p, DdpPass) else [x for u in p.units for x in u.reduce]
 
 
 def _without_reduce(p):
-    """The pass as a micro-batch inside no_sync: no gradient reduction."""
+    """The pass as a micro-batch inside no_sync: no gradient reduction (a copy)."""
+    p = _clone(p)
     if isinstance(p, DdpPass):
         return replace(p, buckets=[])
     return replace(p, units=[replace(u, reduce=[]) for u in p.units])
+
+
+def _reducing(p, template):
+    """The pass as a micro-batch that reduces (a copy): as measured, or, where it was measured
+    inside no_sync (an FSDP pass gathers either way), with the last pass's reductions."""
+    q = _clone(p)
+    if not isinstance(q, FsdpPass) or any(u.reduce for u in q.units):
+        return q
+    reduce = {u.name: u.reduce for u in template.units}
+    return replace(q, units=[replace(u, reduce=[replace(x) for x in reduce.get(u.name, [])]) for u in q.units])
 
 
 def _accumulate(plan: StepPlan, c: Changes, a, notes: list[str]) -> StepPlan:
@@ -124,21 +140,25 @@ def _accumulate(plan: StepPlan, c: Changes, a, notes: list[str]) -> StepPlan:
     passes = []
     for i in range(target):
         last = i == target - 1
-        if sync or last:
-            source = reducing[i] if i < len(reducing) - 1 and not last else template
-            passes.append(_clone(source))
-        else:
-            passes.append(_without_reduce(template))
-    # passes without collectives replay to nothing: keep only those with some
-    quiet = sum(1 for p in passes if not p.xfers)
-    passes = [p for p in passes if p.xfers]
+        # each micro-batch from its own measured pass where the run had one (the last one's beyond):
+        # its gathers and their waits as timed, so that one pass's slow gathers or late peer are not
+        # copied into every other micro-batch's (FSDP under --no-sync read a loss so, -25.8 ms)
+        source = template if last or i >= len(reducing) - 1 else reducing[i]
+        passes.append(_reducing(source, template) if sync or last else _without_reduce(source))
     compute = plan.optimizer_ms + plan.pass_compute_ms * target / m
-    if quiet:
-        # a pass that no longer reduces skips DDP's reducer ops (the measured ones shared by the passes
-        # that reduced) and, on a CPU run, computes without its collectives beside it: gloo's comm
-        # shares the cores, so what it hid was paid in compute (SHARED_CORES)
-        saved = plan.reducer_ms / max(1, len(reducing)) + (_hidden_ms(template) if a.device_kind == "cpu" else 0.0)
-        compute = max(plan.optimizer_ms, compute - quiet * saved)
+    # the passes' compute, scaled to the micro-batches, holds the measured passes' share of what
+    # reducing costs the compute: DDP's reducer ops and, on a CPU run, the reductions' time that
+    # it hid (gloo's comm shares the cores, so what it hid was paid in compute: SHARED_CORES).
+    # Each pass that reduces now pays one share: fewer than measured save it, more pay it (a run
+    # measured inside no_sync saves nothing under --no-sync: it read 5 % faster so before)
+    reduced = [_reductions(p) for p in plan.passes if _reductions(p)]
+    if reduced:
+        hidden_ms = sum(_hidden_ms(x) for x in reduced) if a.device_kind == "cpu" else 0.0
+        share_ms = (plan.reducer_ms + hidden_ms) / len(reduced)
+        now = sum(1 for p in passes if _reductions(p))
+        compute = max(plan.optimizer_ms, compute + (now - len(reduced) * target / m) * share_ms)
+    # passes without collectives replay to nothing: keep only those with some
+    passes = [p for p in passes if p.xfers]
     if target == 1 and c.sync is not None:
         notes.append("--sync/--no-sync: one micro-batch per step, nothing to accumulate")
     return replace(plan, passes=passes, compute_ms=compute, microbatches=target)
@@ -512,8 +532,9 @@ def assumptions(plans: list[StepPlan], c: Changes, cpu: bool = False) -> list[st
     if c.tokens is not None:
         out.append("compute of the forward and backward passes proportional to tokens; the optimizer's not")
     if c.accum is not None or c.sync is not None:
-        out.append("each micro-batch's pass like the measured ones; with sync, every micro-batch's buckets exposed "
-                   "as the last one's")
+        out.append("each micro-batch replays its own measured pass (its collectives and their waits as timed; "
+                   "micro-batches beyond the measured ones the last one's); a pass measured inside no_sync that "
+                   "reduces takes the last pass's reductions")
         out.append(NO_REDUCE)
         if cpu:
             out.append(SHARED_CORES)
