@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from overlapscope.analyzer import headline
-from overlapscope.analyzer.measure.collectives import NULL_INT, Collective, Collectives, Selection, selection
+from overlapscope.analyzer.measure.collectives import (NULL_INT, Collective, Collectives, Selection, rank_steps,
+                                                       selection)
 
 AGGREGATION = "median step of the slowest rank, as the headline"
 
@@ -70,13 +71,9 @@ def per_step(rows: list[Collective]) -> dict[tuple, list[Collective]]:
 def steps_of(rows) -> int:
     """How many (rank, step) the rows with a step belong to (``len(per_step(rows))``), read
     from the columns (a ``Collectives`` or ``Selection``)."""
-    import numpy as np
-
     step = rows.numpy("step")
     known = step != NULL_INT
-    if not known.any():
-        return 0
-    return np.unique(np.stack([rows.numpy("rank")[known], step[known]]), axis=1).shape[1]
+    return len(rank_steps(rows.numpy("rank")[known], step[known])[0])
 
 
 def label(r: Collective) -> str:

@@ -299,6 +299,22 @@ def text_test(texts: list, test, codes):
     return np.array([bool(test(t)) for t in texts], bool)[codes]
 
 
+def rank_steps(rank, step):
+    """The distinct (rank, step) pairs of rows, sorted, and each row's index into them (an int64
+    array), from two NumPy columns of known steps: one int64 key per row where rank x steps
+    fits in it (a sort of one column, not of pairs), pairs sorted as pairs otherwise."""
+    import numpy as np
+
+    if not len(step):
+        return [], np.zeros(0, np.int64)
+    low, span = int(step.min()), int(step.max()) - int(step.min()) + 1
+    if int(rank.max()) * span + span < 2 ** 62:
+        packed, slot = np.unique(rank * span + (step - low), return_inverse=True)
+        return list(zip((packed // span).tolist(), (packed % span + low).tolist())), slot.reshape(-1)
+    pairs, slot = np.unique(np.stack([rank, step]), axis=1, return_inverse=True)
+    return list(map(tuple, pairs.T.tolist())), slot.reshape(-1)
+
+
 class Selection(Sequence):
     """Some rows of a ``Collectives`` by their indexes, in its order, read as rows like it: 8
     bytes a row, where a list of the rows' views took about 68 (a checklist rule held one of

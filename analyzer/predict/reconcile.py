@@ -27,7 +27,7 @@ from collections import defaultdict
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.measure import idle, waits
-from overlapscope.analyzer.measure.collectives import NULL_INT, Collective, table_of
+from overlapscope.analyzer.measure.collectives import NULL_INT, Collective, rank_steps, table_of
 from overlapscope.analyzer.units import NS_PER_MS
 
 # the checklist's exposed_warn (analyzer/checklist/findings.py): a gap above 3% of the step
@@ -73,16 +73,8 @@ def _slow_transfers(con, rows: list[Collective]) -> dict[tuple, float]:
     at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
     waited_ns = np.where(keys[at] == want, wait_ns[at], 0) if len(keys) else np.zeros(len(picked), np.int64)
     excess_ms = np.maximum(0.0, (table.numpy("comm_ms")[picked] - waited_ns / NS_PER_MS) - predicted_ms[picked])
-    step = step[picked]
-    # each row's (rank, step) as one number where it fits (a sort of one column, not of pairs)
-    low, span = int(step.min()), int(step.max()) - int(step.min()) + 1
-    if int(rank.max()) * span + span < 2 ** 62:
-        packed, slot = np.unique(rank * span + (step - low), return_inverse=True)
-        steps = zip((packed // span).tolist(), (packed % span + low).tolist())
-    else:
-        pairs, slot = np.unique(np.stack([rank, step]), axis=1, return_inverse=True)
-        steps = map(tuple, pairs.T.tolist())
-    sums = np.bincount(slot.reshape(-1), weights=excess_ms)
+    steps, slot = rank_steps(rank, step[picked])
+    sums = np.bincount(slot, weights=excess_ms)
     return dict(zip(steps, sums.tolist()))
 
 

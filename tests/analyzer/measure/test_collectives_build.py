@@ -137,3 +137,21 @@ def test_ranks_are_read_a_few_at_a_time():
     per_rank = [(0, limit // 2), (1, limit // 2), (2, 1), (3, limit + 5), (5, 3), (9, 4)]
     assert cols._rank_ranges(per_rank) == [(0, 1), (2, 2), (3, 3), (5, 9)]
     assert cols._rank_ranges([]) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2 ** 40), st.integers(-5, 2 ** 31)), max_size=60),
+       st.booleans())
+def test_rank_steps_are_the_sorted_distinct_pairs_and_each_rows_index(rows, small):
+    """Against a set of tuples sorted by Python. ``small`` keeps the numbers where one int64 key
+    per row holds rank x steps; otherwise ranks up to 2^40 and steps up to 2^31 take the pairs'
+    sort (both ways are taken: the 2^62 bound)."""
+    import numpy as np
+
+    if small:
+        rows = [(r % 1024, s % 64) for r, s in rows]
+    rank = np.array([r for r, _ in rows], np.int64)
+    step = np.array([s for _, s in rows], np.int64)
+    pairs, slot = cols.rank_steps(rank, step)
+    assert pairs == sorted(set(rows))
+    assert [pairs[i] for i in slot.tolist()] == rows
