@@ -315,6 +315,40 @@ def rank_steps(rank, step):
     return list(map(tuple, pairs.T.tolist())), slot.reshape(-1)
 
 
+def first_met_groups(columns: list, rows_per_block: int = ROWS_PER_BLOCK):
+    """Rows grouped by their values in ``columns`` (NumPy integer columns of one length, e.g.
+    text codes): the first row of each group, groups numbered in the order first met, and each
+    row's group number (int32). Found ``rows_per_block`` rows at a time, so that what it holds
+    beyond its answer is a block's (grouping a 1,024-rank run's 2.07 million rows at once took
+    140 MiB: int64 copies of the codes, a key, np.unique's sort and inverse)."""
+    import numpy as np
+
+    rows = len(columns[0]) if columns else 0
+    group = np.empty(rows, np.int32)
+    number: dict[tuple, int] = {}
+    firsts: list[int] = []
+    for start in range(0, rows, rows_per_block):
+        block = [c[start:start + rows_per_block].astype(np.int64) for c in columns]
+        widths = [int(b.max()) + 1 for b in block]
+        if float(np.prod(widths, dtype=float)) < 2 ** 62:  # one int64 key per row
+            key = block[0]
+            for b, w in zip(block[1:], widths[1:]):
+                key = key * w + b
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        else:
+            _, first, inverse = np.unique(np.stack(block), axis=1, return_index=True, return_inverse=True)
+        local = np.empty(len(first), np.int32)
+        for j in np.argsort(first, kind="stable").tolist():  # the block's groups as first met
+            row = int(first[j])
+            values = tuple(int(b[row]) for b in block)
+            if values not in number:
+                number[values] = len(firsts)
+                firsts.append(start + row)
+            local[j] = number[values]
+        group[start:start + len(block[0])] = local[inverse.reshape(-1)]
+    return firsts, group
+
+
 class Selection(Sequence):
     """Some rows of a ``Collectives`` by their indexes, in its order, read as rows like it: 8
     bytes a row, where a list of the rows' views took about 68 (a checklist rule held one of

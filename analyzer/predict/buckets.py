@@ -370,19 +370,10 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
 
     table = collectives.table_of(rows)
     texts = table.texts
-    codes = [table.numpy(n).astype(np.int64) for n in ("kind", "id", "phase")]
-    # each row's group by its texts' codes, as one number where it fits in 63 bits
-    distinct = max(1, len(texts))
-    if distinct ** 3 < 2 ** 63:
-        _, first, group = np.unique((codes[0] * distinct + codes[1]) * distinct + codes[2], return_index=True,
-                                    return_inverse=True)
-    else:
-        _, first, group = np.unique(np.stack(codes), axis=1, return_index=True, return_inverse=True)
-    met = np.argsort(first, kind="stable")  # the groups numbered in the order first met
-    renumber = np.empty_like(met)
-    renumber[met] = np.arange(len(met))
-    group = renumber[group.reshape(-1)]
-    keys = [tuple(texts[c[i]] for c in codes) for i in first[met].tolist()]
+    codes = [table.numpy(n) for n in ("kind", "id", "phase")]
+    # each row's group by its texts' codes, the groups numbered in the order first met
+    firsts, group = collectives.first_met_groups(codes)
+    keys = [tuple(texts[c[i]] for c in codes) for i in firsts]
     order = np.argsort(group, kind="stable")  # each group's rows in row order
     ends = np.cumsum(np.bincount(group, minlength=len(keys)))
     floats = {n: table.numpy(n) for n in

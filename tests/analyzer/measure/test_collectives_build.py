@@ -155,3 +155,26 @@ def test_rank_steps_are_the_sorted_distinct_pairs_and_each_rows_index(rows, smal
     pairs, slot = cols.rank_steps(rank, step)
     assert pairs == sorted(set(rows))
     assert [pairs[i] for i in slot.tolist()] == rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2 ** 21), st.integers(0, 3)), max_size=80),
+       st.integers(1, 9), st.booleans())
+def test_first_met_groups_number_groups_as_a_loop_over_the_rows_meets_them(rows, block, wide):
+    """Against a dict filled row by row, with blocks of 1 to 9 rows (a run's 65,536), small codes
+    (one int64 key per row) and, with ``wide``, values whose key would pass 2^62 (the pairs' sort)."""
+    import numpy as np
+
+    if wide:
+        rows = [(a * 2 ** 40, b, c * 2 ** 30) for a, b, c in rows]
+    number: dict = {}
+    expected_firsts, expected = [], []
+    for i, r in enumerate(rows):
+        if r not in number:
+            number[r] = len(number)
+            expected_firsts.append(i)
+        expected.append(number[r])
+    columns = [np.array([r[k] for r in rows], np.int64) for k in range(3)]
+    firsts, group = cols.first_met_groups(columns, rows_per_block=block)
+    assert firsts == expected_firsts
+    assert group.tolist() == expected and group.dtype == np.int32
