@@ -352,23 +352,30 @@ def first_met_groups(columns: list, rows_per_block: int = ROWS_PER_BLOCK):
 class Selection(Sequence):
     """Some rows of a ``Collectives`` by their indexes, in its order, read as rows like it: 8
     bytes a row, where a list of the rows' views took about 68 (a checklist rule held one of
-    every collective of a 1,024-rank run, 2.07 million)."""
+    every collective of a 1,024-rank run, 2.07 million); every row without an index."""
 
     __slots__ = ("table", "index")
 
-    def __init__(self, table: Collectives, index):
+    def __init__(self, table: Collectives, index=None):
         self.table = table
-        self.index = index  # NumPy int64, ascending
+        self.index = index  # NumPy int64, ascending; None: every row of the table
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.table) if self.index is None else len(self.index)
+
+    def _indexes(self):
+        import numpy as np
+
+        return np.arange(len(self.table), dtype=np.int64) if self.index is None else self.index
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return Selection(self.table, self.index[i])
-        return CollectiveRow(self.table, int(self.index[i]))
+            return Selection(self.table, self._indexes()[i])
+        return CollectiveRow(self.table, range(len(self.table))[i] if self.index is None else int(self.index[i]))
 
     def __iter__(self):
+        if self.index is None:
+            return map(CollectiveRow, itertools.repeat(self.table), range(len(self.table)))
         # the indexes as Python ints a block at a time (a list of them all is 36 bytes a row)
         blocks = (self.index[k:k + ROWS_PER_BLOCK].tolist() for k in range(0, len(self.index), ROWS_PER_BLOCK))
         return map(CollectiveRow, itertools.repeat(self.table), itertools.chain.from_iterable(blocks))
@@ -381,24 +388,30 @@ class Selection(Sequence):
         return self.table.code(text)
 
     def numpy(self, name: str):
-        """Column ``name`` of these rows (a NumPy copy), held as ``Collectives.numpy``'s."""
+        """Column ``name`` of these rows, held as ``Collectives.numpy``'s: of every row the
+        column itself, read-only (a 1,024-rank run's column is 16.5 MB), else a copy."""
+        if self.index is None:
+            view = self.table.numpy(name).view()
+            view.flags.writeable = False
+            return view
         return self.table.numpy(name)[self.index]
 
     def where(self, mask) -> "Selection":
         """These rows where ``mask`` (one per row of this selection) is true (this selection
         itself where it is true everywhere: no copy of the index)."""
-        return self if mask.all() else Selection(self.table, self.index[mask])
+        import numpy as np
+
+        if mask.all():
+            return self
+        return Selection(self.table, np.flatnonzero(mask) if self.index is None else self.index[mask])
 
 
 def selection(rows) -> Selection:
     """Every row of ``rows`` (a ``Collectives``, a ``Selection`` or a list of rows) as a
     ``Selection``: what a rule narrows down with column masks."""
-    import numpy as np
-
     if isinstance(rows, Selection):
         return rows
-    table = table_of(rows)
-    return Selection(table, np.arange(len(table), dtype=np.int64))
+    return Selection(table_of(rows))
 
 
 def median(values):

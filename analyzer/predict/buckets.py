@@ -365,7 +365,8 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
     Read column by column (``Collectives``), grouped by its texts' codes: grouping a
     1,024-rank run's rows held a view of each (some 140 MB, as ``_per_step``'s). Means are ``statistics.fmean``'s over a
     group's NumPy values (an exact sum, then one division: no list of them), so the figures
-    do not depend on the order they are read in; the median bus bandwidth lists its group's."""
+    do not depend on the order they are read in; the median bus bandwidth sorts its group's
+    values in NumPy (a list of a 2.07-million-row group's took 64 MB)."""
     import numpy as np
 
     table = collectives.table_of(rows)
@@ -390,7 +391,7 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
     out = []
     for g, (kind, id_, phase) in enumerate(keys):
         index = order[(ends[g - 1] if g else 0):ends[g]]
-        bws = known("busbw_gbps", index).tolist()
+        bws = known("busbw_gbps", index)
         comm, exposed = mean(known("comm_ms", index)), mean(known("exposed_ms", index))
         first_bytes = int(nbytes[index[0]])
         out.append({
@@ -398,7 +399,7 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
             "bytes": None if first_bytes == collectives.NULL_INT else first_bytes,
             "comm_ms": comm, "exposed_ms": exposed,
             "hidden_ms": round(comm - exposed, 6),
-            "busbw_gbps": round(statistics.median(bws), 4) if bws else None,
+            "busbw_gbps": round(collectives.median(bws), 4) if len(bws) else None,
             "predicted_comm_ms": mean(known("predicted_comm_ms", index)),
             "predicted_exposed_ms": mean(known("predicted_exposed_ms", index)),
             "inferred": bool(inferred[index].any()),
