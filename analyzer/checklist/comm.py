@@ -11,7 +11,8 @@ from overlapscope.analyzer.checklist.evidence import (AGGREGATION, exposed_trans
                                                       per_step, steps_of, transfer, worst_owners)
 from overlapscope.analyzer.checklist.findings import Result, grade, na, rule, t
 from overlapscope.analyzer.checklist.setup import join, only_for, pick
-from overlapscope.analyzer.measure.collectives import NULL_INT, Selection, median, selection, text_test
+from overlapscope.analyzer.measure.collectives import (NULL_INT, Selection, first_met_groups, median, selection,
+                                                       text_test)
 from overlapscope.analyzer.measure.rates import BANDWIDTH_MIN_BYTES
 from overlapscope.analyzer.predict.plan import BLOCKING_EXPOSED, blocking_families
 from overlapscope.analyzer.units import NS_PER_MS
@@ -343,21 +344,11 @@ def _other_kinds(rows: Selection) -> tuple[list[str], object]:
     import numpy as np
 
     texts = rows.texts
-    # one int64 key per row (collective code, then phase code), made in place; the few distinct
-    # keys sorted, each row's position among them, and where each is first met
-    width = len(texts)
-    keys = rows.numpy("collective").astype(np.int64)
-    keys *= width
-    keys += rows.numpy("phase")
-    distinct = np.unique(keys)
-    position = np.searchsorted(distinct, keys)
-    del keys
-    first = [int(np.argmax(position == j)) for j in range(len(distinct))]
-    named = [texts[c] or texts[p] or "unknown" for c, p in zip(*(k.tolist() for k in divmod(distinct, width)))]
+    collective, phase = rows.numpy("collective"), rows.numpy("phase")
+    firsts, group = first_met_groups([collective, phase])  # (collective, phase) pairs as first met
     kinds: dict[str, int] = {}
-    for j in np.argsort(first, kind="stable").tolist():
-        kinds.setdefault(named[j], len(kinds))
-    return list(kinds), np.array([kinds[n] for n in named], np.int64)[position]
+    of_group = [kinds.setdefault(texts[collective[i]] or texts[phase[i]] or "unknown", len(kinds)) for i in firsts]
+    return list(kinds), np.array(of_group, np.int64)[group]
 
 
 @rule("other_comm", "Other communication: all-to-all, send/recv, broadcast, all-reduces outside buckets",

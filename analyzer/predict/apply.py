@@ -151,7 +151,7 @@ def _accumulate(plan: StepPlan, c: Changes, a, notes: list[str]) -> StepPlan:
     # it hid (gloo's comm shares the cores, so what it hid was paid in compute: SHARED_CORES).
     # Each pass that reduces now pays one share: fewer than measured save it, more pay it (a run
     # measured inside no_sync saves nothing under --no-sync: it read 5 % faster so before)
-    reduced = [_reductions(p) for p in plan.passes if _reductions(p)]
+    reduced = [x for x in map(_reductions, plan.passes) if x]
     if reduced:
         hidden_ms = sum(_hidden_ms(x) for x in reduced) if a.device_kind == "cpu" else 0.0
         share_ms = (plan.reducer_ms + hidden_ms) / len(reduced)
