@@ -366,7 +366,9 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
     1,024-rank run's rows held a view of each (some 140 MB, as ``_per_step``'s). Means are ``statistics.fmean``'s over a
     group's NumPy values (an exact sum, then one division: no list of them), so the figures
     do not depend on the order they are read in; the median bus bandwidth sorts its group's
-    values in NumPy (a list of a 2.07-million-row group's took 64 MB)."""
+    values in NumPy (a list of a 2.07-million-row group's took 64 MB). What it holds beyond
+    the columns is a group's copy of one column at a time and the groups' row order (int32:
+    8 MiB at 1,024 ranks; none for one group)."""
     import numpy as np
 
     table = collectives.table_of(rows)
@@ -375,34 +377,44 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
     # each row's group by its texts' codes, the groups numbered in the order first met
     firsts, group = collectives.first_met_groups(codes)
     keys = [tuple(texts[c[i]] for c in codes) for i in firsts]
-    order = np.argsort(group, kind="stable")  # each group's rows in row order
-    ends = np.cumsum(np.bincount(group, minlength=len(keys)))
+    del codes
+    counts = np.bincount(group, minlength=len(keys))
+    # each group's rows in row order, as int32 where they fit (half the run's int64 indexes);
+    # none for a run of one group (its rows are the columns themselves)
+    order = None
+    if len(keys) > 1:
+        order = np.argsort(group, kind="stable")
+        if len(order) < 2 ** 31:
+            order = order.astype(np.int32)
+    del group
+    ends = np.cumsum(counts)
     floats = {n: table.numpy(n) for n in
               ("comm_ms", "exposed_ms", "busbw_gbps", "predicted_comm_ms", "predicted_exposed_ms")}
     nbytes, inferred = table.numpy("bytes"), table.numpy("inferred")
 
     def known(name: str, index):  # the group's values of a column, nulls (NaN) left out
-        values = floats[name][index]
-        return values[~np.isnan(values)]
+        values = floats[name] if index is None else floats[name][index]
+        missing = np.isnan(values)
+        return values[~missing] if missing.any() else values
 
     def mean(values) -> float | None:
         return round(statistics.fmean(values), 6) if len(values) else None
 
     out = []
     for g, (kind, id_, phase) in enumerate(keys):
-        index = order[(ends[g - 1] if g else 0):ends[g]]
-        bws = known("busbw_gbps", index)
+        index = None if order is None else order[(ends[g - 1] if g else 0):ends[g]]
+        bw = collectives.median_known(floats["busbw_gbps"] if index is None else floats["busbw_gbps"][index])
         comm, exposed = mean(known("comm_ms", index)), mean(known("exposed_ms", index))
-        first_bytes = int(nbytes[index[0]])
+        first_bytes = int(nbytes[firsts[g]])
         out.append({
-            "kind": kind, "id": id_, "phase": phase, "count": len(index),
+            "kind": kind, "id": id_, "phase": phase, "count": int(counts[g]),
             "bytes": None if first_bytes == collectives.NULL_INT else first_bytes,
             "comm_ms": comm, "exposed_ms": exposed,
             "hidden_ms": round(comm - exposed, 6),
-            "busbw_gbps": round(collectives.median(bws), 4) if len(bws) else None,
+            "busbw_gbps": None if bw is None else round(bw, 4),
             "predicted_comm_ms": mean(known("predicted_comm_ms", index)),
             "predicted_exposed_ms": mean(known("predicted_exposed_ms", index)),
-            "inferred": bool(inferred[index].any()),
+            "inferred": bool((inferred if index is None else inferred[index]).any()),
         })
     return sorted(out, key=lambda s: -(s["exposed_ms"] or 0))
 

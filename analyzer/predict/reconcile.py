@@ -27,7 +27,7 @@ from collections import defaultdict
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.measure import idle, waits
-from overlapscope.analyzer.measure.collectives import NULL_INT, Collective, rank_steps, table_of
+from overlapscope.analyzer.measure.collectives import NULL_INT, ROWS_PER_BLOCK, Collective, rank_blocks, rank_steps, table_of
 from overlapscope.analyzer.units import NS_PER_MS
 
 # the checklist's exposed_warn (analyzer/checklist/findings.py): a gap above 3% of the step
@@ -52,30 +52,38 @@ def _fmt(value_ms: float) -> str:
 EVENT_ID_BITS = 40  # waits.transfer_waits's key: rank << 40 | event_id (a rank has far fewer events)
 
 
-def _slow_transfers(con, rows: list[Collective]) -> dict[tuple, float]:
+def _slow_transfers(con, rows: list[Collective], rows_per_block: int = ROWS_PER_BLOCK) -> dict[tuple, float]:
     """Per (rank, step): transfer time beyond the predicted comm time, summed (ms) in row order.
 
-    Read from the columns, for all rows at once: each transfer's wait found by key in a
-    sorted column (a dict of (rank, event_id) tuples took 350 MB for the two million
-    transfers of a 1,024-rank run), the sums by ``np.bincount``, which adds in index order
-    as a loop over the rows did."""
+    Read from the columns a block of whole ranks at a time (``rank_blocks``): each transfer's
+    wait found by key in the block's sorted keys (a dict of (rank, event_id) tuples took 350 MB
+    for the two million transfers of a 1,024-rank run; the run's keys and copies of its columns
+    at once 50 MiB more than a block's), the sums by ``np.bincount``, which adds in index order
+    as a loop over the rows did. A (rank, step) is never split between blocks, so each sum is
+    the same whatever the blocks."""
     import numpy as np
 
-    found = con.execute(sql.query("waits.transfer_waits"), {"event_id_bits": EVENT_ID_BITS}).fetchnumpy()
-    keys, wait_ns = found["key"], found["wait_ns"]
     table = table_of(rows)
-    step, predicted_ms = table.numpy("step"), table.numpy("predicted_comm_ms")
-    picked = np.flatnonzero((step != NULL_INT) & ~np.isnan(predicted_ms))
-    if not len(picked):
-        return {}
-    rank = table.numpy("rank")[picked]
-    want = (rank << EVENT_ID_BITS) | table.numpy("event_id")[picked]
-    at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
-    waited_ns = np.where(keys[at] == want, wait_ns[at], 0) if len(keys) else np.zeros(len(picked), np.int64)
-    excess_ms = np.maximum(0.0, (table.numpy("comm_ms")[picked] - waited_ns / NS_PER_MS) - predicted_ms[picked])
-    steps, slot = rank_steps(rank, step[picked])
-    sums = np.bincount(slot, weights=excess_ms)
-    return dict(zip(steps, sums.tolist()))
+    ranks, steps_col, predicted_col = table.numpy("rank"), table.numpy("step"), table.numpy("predicted_comm_ms")
+    event_ids, comm_col = table.numpy("event_id"), table.numpy("comm_ms")
+    query = sql.query("waits.transfer_waits")
+    out: dict[tuple, float] = {}
+    for start, stop in rank_blocks(ranks, rows_per_block):
+        step, predicted_ms = steps_col[start:stop], predicted_col[start:stop]
+        picked = np.flatnonzero((step != NULL_INT) & ~np.isnan(predicted_ms))
+        if not len(picked):
+            continue
+        rank = ranks[start:stop][picked]
+        found = con.execute(query, {"event_id_bits": EVENT_ID_BITS, "first_rank": int(ranks[start]),
+                                    "last_rank": int(ranks[stop - 1])}).fetchnumpy()
+        keys, wait_ns = found["key"], found["wait_ns"]
+        want = (rank << EVENT_ID_BITS) | event_ids[start:stop][picked]
+        at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        waited_ns = np.where(keys[at] == want, wait_ns[at], 0) if len(keys) else np.zeros(len(picked), np.int64)
+        excess_ms = np.maximum(0.0, (comm_col[start:stop][picked] - waited_ns / NS_PER_MS) - predicted_ms[picked])
+        pairs, slot = rank_steps(rank, step[picked])
+        out.update(zip(pairs, np.bincount(slot, weights=excess_ms).tolist()))
+    return out
 
 
 def _late_ranks(step_waits: list[dict]) -> dict[int, list[int]]:

@@ -92,7 +92,7 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
         for r in ranks:  # the steps go to the catalog; the rest of each rank's tables are in the store and on disk
             r.tables, r.tables_in = {"steps": r.table("steps")}, None
         try:
-            computed = derive.compute(con, run_id)
+            computed = _derive(con, run_id)
         finally:
             con.close()
         runstore.write_derived(staging.path, computed)
@@ -103,6 +103,30 @@ def prepare(catalog_path, paths: list[str], workers: int | None = None, on_decod
         staging.discard()
         raise
     return Prepared(staging, ranks, inputs, source, computed)
+
+
+def _derive(con, run_id: int) -> dict:
+    """``derive.compute`` on the reduce's store with the derive's DuckDB budget (the run's
+    collectives are NumPy columns beside it by then: ``engine.rank.DEFAULT_REDUCE_MEMORY_MB``);
+    once more with the reduce's where the run's SQL needs more than that."""
+    import duckdb
+
+    from overlapscope.analyzer import engine as engines
+    from overlapscope.analyzer.runs import derive
+
+    budget, reduce_budget = engines.reduce_memory_bytes("derive"), engines.reduce_memory_bytes("full")
+    try:
+        _set_budget(con, budget)  # DuckDB spills the store's blocks beyond it, or cannot
+        return derive.compute(con, run_id)
+    except duckdb.OutOfMemoryException:
+        if reduce_budget <= budget:
+            raise
+    _set_budget(con, reduce_budget)
+    return derive.compute(con, run_id)
+
+
+def _set_budget(con, memory_bytes: int) -> None:
+    con.execute(f"SET memory_limit = '{memory_bytes // 2**20}MiB'")
 
 
 def sweep_leftovers(catalog_path) -> list[str]:

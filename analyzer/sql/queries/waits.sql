@@ -16,8 +16,10 @@ FROM comm_wait WHERE peers > 1 AND step IS NOT NULL
 GROUP BY ALL ORDER BY rank, step;
 
 -- name: transfer_waits
--- Per transfer: its waiting for peers, by key (rank << $event_id_bits | event_id), in key order.
-SELECT (rank::BIGINT << $event_id_bits) | event_id AS key, wait_ns FROM comm_wait ORDER BY key;
+-- Per transfer of ranks first_rank to last_rank (a block of the collectives' rows): its waiting
+-- for peers, by key (rank << $event_id_bits | event_id), in key order.
+SELECT (rank::BIGINT << $event_id_bits) | event_id AS key, wait_ns FROM comm_wait
+WHERE rank BETWEEN $first_rank AND $last_rank ORDER BY key;
 
 -- name: lanes
 -- Per DDP bucket or FSDP unit transfer: its piece of the comm lane, the compute inside it, its wait and

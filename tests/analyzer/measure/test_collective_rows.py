@@ -162,6 +162,16 @@ def test_median_of_numpy_values_is_statistics_median(values):
     assert got == want and type(got) is type(want)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, width=64)), max_size=40))
+def test_median_known_leaves_the_nulls_out(values):
+    """NaN (a null in a float column) anywhere among the values: the median of the others, None
+    where there are none."""
+    known = [v for v in values if v is not None]
+    got = cols.median_known(np.array([float("nan") if v is None else v for v in values], np.float64))
+    assert got == (statistics.median(known) if known else None)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(COLLECTIVES, max_size=30))
 def test_steps_of_counts_what_per_step_groups(rows):

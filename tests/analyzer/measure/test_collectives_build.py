@@ -178,3 +178,22 @@ def test_first_met_groups_number_groups_as_a_loop_over_the_rows_meets_them(rows,
     firsts, group = cols.first_met_groups(columns, rows_per_block=block)
     assert firsts == expected_firsts
     assert group.tolist() == expected and group.dtype == np.int32
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 12), max_size=30), st.integers(1, 20))
+def test_rank_blocks_take_whole_ranks_up_to_a_block(counts, block):
+    """Against a loop over the ranks: ranks of ``counts`` rows each (rank order, as the columns
+    hold them) gathered while the next fits in ``block`` rows; a rank with more rows alone."""
+    import numpy as np
+
+    rank = np.repeat(np.arange(len(counts), dtype=np.int64) * 3, counts)  # ranks need not be consecutive
+    expected, start, held = [], 0, 0
+    for n in counts:
+        if held and held + n > block:
+            expected.append((start, start + held))
+            start, held = start + held, 0
+        held += n
+    if held:
+        expected.append((start, start + held))
+    assert cols.rank_blocks(rank, block) == expected

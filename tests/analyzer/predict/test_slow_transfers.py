@@ -1,7 +1,7 @@
 """The model's reconciliation: transfer time beyond what W predicts, per rank and step
 (``predict.reconcile._slow_transfers``), against a plain recomputation from the waits
 table, on every sample run with sizes and at two W (the faster W leaves most transfers
-slower than predicted)."""
+slower than predicted), and the same read a block of ranks at a time."""
 
 from __future__ import annotations
 
@@ -42,3 +42,6 @@ def test_slow_transfers_are_the_excess_over_the_prediction(bundle):
         expected = _plain(con, rows)
         assert sum(1 for v in expected.values() if v > 0) >= 2, (bundle, w_bytes_per_s)
         assert _slow_transfers(con, rows) == pytest.approx(expected, abs=1e-9), (bundle, w_bytes_per_s)
+        # a block of whole ranks at a time (a rank alone where it has more rows): the same sums
+        for rows_per_block in (1, len(rows) // 3):
+            assert _slow_transfers(con, rows, rows_per_block) == _slow_transfers(con, rows), rows_per_block
