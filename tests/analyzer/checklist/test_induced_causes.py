@@ -166,7 +166,12 @@ def test_the_straggler_costs_the_step_it_adds(runs, sleep_ms):
     assert 2 * len(failed) > len(found), seen
     for f in failed:  # what fixing it buys is the what-if of the late rank on time, linked to the finding
         assert f["whatif"] == f"--on-time {SLEEP_RANK}" and f["predicted_gain_ms"] == pytest.approx(f["impact_ms"])
-    assert statistics.median(f["impact_ms"] for f in found) == pytest.approx(added_ms, rel=0.20), seen
+    # the cost is the sleep, known, within 20 %; and the step time it adds between the runs, within
+    # 35 %: that difference of separate captures is noisier than a run's own figure (a loaded CI
+    # suite measured 23.5 ms added for a 30 ms sleep, whose runs each lost 29.3-30.7 ms a step)
+    impact_ms = statistics.median(f["impact_ms"] for f in found)
+    assert impact_ms == pytest.approx(sleep_ms, rel=0.20), seen
+    assert impact_ms == pytest.approx(added_ms, rel=0.35), seen
 
 
 @pytest.mark.parametrize("sleep_ms", [30, 150])
