@@ -297,7 +297,7 @@ def fp32_reduction(ctx: CheckContext) -> Result:
     texts = rows.texts
     phase, dtype = rows.numpy("phase"), rows.numpy("dtype")
     typed = text_test(texts, bool, dtype)
-    reduce_rows = rows.where(np.isin(phase, [rows.code("reduce_scatter"), rows.code("allreduce")]) & typed)
+    reduce_rows = rows.where(text_test(texts, lambda p: p in ("reduce_scatter", "allreduce"), phase) & typed)
     if not reduce_rows:
         return na("no gradient reductions with a dtype in the trace", fix)
     dtypes = sorted({str(texts[c]) for c in np.unique(reduce_rows.numpy("dtype")).tolist()})
@@ -308,7 +308,7 @@ def fp32_reduction(ctx: CheckContext) -> Result:
     if not fp32:
         return Result("pass", f"gradients reduced in {', '.join(dtypes)}", fix=fix)
     nbytes = reduce_rows.numpy("bytes")
-    nbytes = int(np.where(nbytes == NULL_INT, 0, nbytes).sum()) / (steps_of(reduce_rows) or 1)
+    nbytes = int(nbytes.sum(where=nbytes != NULL_INT)) / (steps_of(reduce_rows) or 1)  # a null: none
     low_precision = any(d.lower() in _HALF for d in gathers) or param in ("bfloat16", "float16")
     evidence = (f"reductions in {', '.join(dtypes)} ({nbytes / 1e6:.3g} MB per step and rank)"
                 + (f" while parameters are gathered in {', '.join(gathers)}" if gathers else "")
@@ -348,7 +348,21 @@ def _other_kinds(rows: Selection) -> tuple[list[str], object]:
     firsts, group = first_met_groups([collective, phase])  # (collective, phase) pairs as first met
     kinds: dict[str, int] = {}
     of_group = [kinds.setdefault(texts[collective[i]] or texts[phase[i]] or "unknown", len(kinds)) for i in firsts]
-    return list(kinds), np.array(of_group, np.int64)[group]
+    return list(kinds), np.array(of_group, np.int32)[group]  # int32: a row's kind is one of a few
+
+
+def _known_sizes(nbytes):
+    """The sizes of a bytes column neither null (NULL_INT, below any size) nor 0, sorted: one
+    sorted copy and a view of it, where a copy of the known ones and then their sorted copy took
+    two (16.5 MB each for a 1,024-rank run's other collectives)."""
+    import numpy as np
+
+    ordered = np.sort(nbytes)
+    low = np.searchsorted(ordered, NULL_INT, side="right")  # past the nulls
+    first_zero, past_zero = np.searchsorted(ordered, 0, side="left"), np.searchsorted(ordered, 0, side="right")
+    if first_zero == low:  # no size below 0 (none ever is): the known sizes are the ones above 0
+        return ordered[past_zero:]
+    return np.concatenate([ordered[low:first_zero], ordered[past_zero:]])
 
 
 @rule("other_comm", "Other communication: all-to-all, send/recv, broadcast, all-reduces outside buckets",
@@ -379,12 +393,13 @@ def other_comm(ctx: CheckContext) -> Result:
     parts = []
     for k in order:
         v = by_kind[k]
-        sizes = v.numpy("bytes")
-        sizes = sizes[(sizes != NULL_INT) & (sizes != 0)]
+        sizes = _known_sizes(v.numpy("bytes"))
+        size_text = f", median {fmt_bytes(median(sizes))}" if len(sizes) else ", sizes unknown"
+        del sizes
         moving = headline_figure(ctx.steps, v, value=transfer).ms
         waiting = headline_figure(ctx.steps, v, value=lambda r: r.exposed_wait_ms or 0.0).ms
         parts.append(f"{k}: {count[k]:.3g} per step"
-                     + (f", median {fmt_bytes(median(sizes))}" if len(sizes) else ", sizes unknown")
+                     + size_text
                      + f", {fmt_ms(moving)} transfer, {fmt_ms(exposed[k])} exposed per step "
                      f"({100 * figures[k].share:.1f}% of the step)"
                      + (f", besides {fmt_ms(waiting)} exposed waiting for peers (see straggler)" if waiting else ""))

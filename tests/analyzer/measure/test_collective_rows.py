@@ -179,6 +179,19 @@ def test_steps_of_counts_what_per_step_groups(rows):
 
     assert steps_of(Collectives.of(rows)) == len(per_step(rows))
     assert steps_of(cols.selection(Collectives.of(rows))) == len({(r.rank, r.step) for r in rows if r.step is not None})
+    by_rank = sorted(rows, key=lambda r: r.rank)  # as a run's columns hold them
+    for rows_per_block in (1, 2, 5):  # a block of whole ranks at a time: no (rank, step) counted twice
+        assert steps_of(Collectives.of(by_rank), rows_per_block) == len(per_step(rows))
+        assert steps_of(Collectives.of(rows), rows_per_block) == len(per_step(rows))  # any order: one block
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.just(cols.NULL_INT), st.just(0), st.integers(-2 ** 40, 2 ** 40)), max_size=40))
+def test_other_comms_known_sizes_are_the_sorted_sizes_neither_null_nor_0(values):
+    from overlapscope.analyzer.checklist.comm import _known_sizes
+
+    got = _known_sizes(np.array(values, np.int64))
+    assert got.tolist() == sorted(v for v in values if v != cols.NULL_INT and v != 0)
 
 
 def test_a_mask_true_everywhere_keeps_the_selection():

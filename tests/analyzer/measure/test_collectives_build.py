@@ -197,3 +197,16 @@ def test_rank_blocks_take_whole_ranks_up_to_a_block(counts, block):
     if held:
         expected.append((start, start + held))
     assert cols.rank_blocks(rank, block) == expected
+    if len(set(rank.tolist())) > 1:  # out of rank order: one block, never a rank split between two
+        assert cols.rank_blocks(rank[::-1].copy(), block) == [(0, len(rank))]
+
+
+def test_text_test_reads_each_rows_text_across_blocks():
+    """More rows than a block (the lookup goes a block at a time): against a test per row."""
+    import numpy as np
+
+    texts = ["allreduce", None, "reduce_scatter", "forward_allgather", ""]
+    codes = np.random.default_rng(7).integers(0, len(texts), 3 * cols.ROWS_PER_BLOCK + 11).astype(np.uint16)
+    test = lambda t: t in ("allreduce", "reduce_scatter")  # noqa: E731
+    got = cols.text_test(texts, test, codes)
+    assert got.dtype == bool and got.tolist() == [test(texts[c]) for c in codes.tolist()]
