@@ -392,10 +392,11 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
               ("comm_ms", "exposed_ms", "busbw_gbps", "predicted_comm_ms", "predicted_exposed_ms")}
     nbytes, inferred = table.numpy("bytes"), table.numpy("inferred")
 
+    def of_group(name: str, index):  # a column's values of the group (every row: the column)
+        return floats[name] if index is None else floats[name][index]
+
     def known(name: str, index):  # the group's values of a column, nulls (NaN) left out
-        values = floats[name] if index is None else floats[name][index]
-        missing = np.isnan(values)
-        return values[~missing] if missing.any() else values
+        return collectives.known(of_group(name, index))
 
     def mean(values) -> float | None:
         return round(statistics.fmean(values), 6) if len(values) else None
@@ -403,7 +404,7 @@ def summary(rows: Sequence[Collective]) -> list[dict]:
     out = []
     for g, (kind, id_, phase) in enumerate(keys):
         index = None if order is None else order[(ends[g - 1] if g else 0):ends[g]]
-        bw = collectives.median_known(floats["busbw_gbps"] if index is None else floats["busbw_gbps"][index])
+        bw = collectives.median_known(of_group("busbw_gbps", index))
         comm, exposed = mean(known("comm_ms", index)), mean(known("exposed_ms", index))
         first_bytes = int(nbytes[firsts[g]])
         out.append({

@@ -27,7 +27,8 @@ from collections import defaultdict
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.measure import idle, waits
-from overlapscope.analyzer.measure.collectives import NULL_INT, ROWS_PER_BLOCK, Collective, rank_blocks, rank_steps, table_of
+from overlapscope.analyzer.measure.collectives import (NULL_INT, ROWS_PER_BLOCK, Collective, rank_blocks, rank_steps,
+                                                       table_of)
 from overlapscope.analyzer.units import NS_PER_MS
 
 # the checklist's exposed_warn (analyzer/checklist/findings.py): a gap above 3% of the step
