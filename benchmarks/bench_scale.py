@@ -7,6 +7,13 @@ copies with the rank renumbered (ranks), or its events repeated with shifted
 timestamps, correlation ids and step numbers (size). A rank's file is written as
 gzip members (header, the shared events, tail), so 256 ranks cost seconds to write.
 
+``--ddp-ranks`` adds a run of DDP bucket all-reduces at those ranks: the sample
+``ddp_tiny_buckets``'s rank 0 (19 buckets a step) repeated ``DDP_COPIES`` times (60
+steps, 1,140 bucket collectives, 115 MB a rank), with a manifest of that many ranks.
+The reference trace's collectives are all of kind ``other``; this is the input on which
+the prediction engine's plans, one per rank and step, and the checklist's bucket rules
+run at scale.
+
 Every figure is a whole process (its workers included), measured in this run:
 ``analyze``, ``ingest``, and the stored-run queries ``analyze|buckets|diagnose|whatif --run``
 and ``whatif --run --bandwidth 2x`` (a change: predicted from the engine's stored state).
@@ -15,7 +22,7 @@ against ranks and size) and ``benchmarks/scale.json`` (a full run only: one with
 ``--ranks`` or ``--sizes-mb`` given prints its table and leaves them as they are).
 
 Usage: python benchmarks/bench_scale.py [--ranks 1,8,64,256] [--sizes-mb 50,200,1000]
-       [--hta-python PY] [--hta-limit-s 300] [--engine local|ray]
+       [--ddp-ranks 16,64,256] [--hta-python PY] [--hta-limit-s 300] [--engine local|ray]
 """
 
 from __future__ import annotations
@@ -101,6 +108,38 @@ def build(folder: Path, ranks: int, copies: int, trace: dict, blobs: dict) -> Pa
             f.write(_member(text[:-1].encode() + b', "traceEvents": ['))
             f.write(events)
             f.write(_member(b"]}"))
+    return folder
+
+
+DDP_SAMPLE = ROOT / "sample_traces" / "ddp_tiny_buckets"
+DDP_COPIES = 20  # its 3 steps repeated: 60 steps a rank
+
+
+def build_ddp(folder: Path, ranks: int, blobs: dict) -> Path:
+    """``ranks`` files of the DDP sample's rank 0 repeated ``DDP_COPIES`` times, and its manifest
+    made for ``ranks`` ranks (cached under .bench/)."""
+    if (folder / f"rank-{ranks - 1}.pt.trace.json.gz").exists():
+        return folder
+    with gzip.open(DDP_SAMPLE / "rank-0.pt.trace.json.gz", "rb") as f:
+        trace = json.load(f)
+    folder.mkdir(parents=True, exist_ok=True)
+    if "ddp" not in blobs:
+        blobs["ddp"] = _member(_events_blob(trace, DDP_COPIES))
+    head, names = {k: v for k, v in trace.items() if k != "traceEvents"}, []
+    for rank in range(ranks):
+        info = dict(trace["distributedInfo"], rank=rank, world_size=ranks)
+        info["pg_config"] = [dict(pg, pg_size=ranks, ranks=list(range(ranks))) for pg in info.get("pg_config", [])]
+        head["distributedInfo"] = info
+        names.append(f"rank-{rank}.pt.trace.json.gz")
+        with open(folder / names[-1], "wb") as f:
+            f.write(_member(json.dumps(head)[:-1].encode() + b', "traceEvents": ['))
+            f.write(blobs["ddp"])
+            f.write(_member(b"]}"))
+    manifest = json.loads((DDP_SAMPLE / "manifest.json").read_text())
+    manifest.update(world_size=ranks, trace_files=names, hostnames=manifest["hostnames"][:1] * ranks,
+                    devices=[dict(manifest["devices"][0], rank=r) for r in range(ranks)],
+                    profiled_steps=[s + 100 * k for k in range(DDP_COPIES) for s in manifest["profiled_steps"]])
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return folder
 
 
@@ -222,6 +261,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="1,8,64,256")
     parser.add_argument("--sizes-mb", default="50,200,1000", help="decompressed MB of one rank's trace")
+    parser.add_argument("--ddp-ranks", default="", help="ranks of the DDP bucket run (none by default)")
     parser.add_argument("--engine", default="local")
     parser.add_argument("--hta-python", default=str(ROOT / ".bench" / "hta-venv" / "bin" / "python"))
     parser.add_argument("--hta-limit-s", type=float, default=300)
@@ -236,8 +276,12 @@ def main() -> int:
     print(header)
     points = [(f"{r}x54MB", BENCH / f"ranks-{r}", r, 1) for r in _ints(args.ranks)]
     points += [(f"1x{s}MB", BENCH / f"size-{s}", 1, max(1, round(s * 1_000_000 / REFERENCE_BYTES))) for s in _ints(args.sizes_mb)]
+    points += [(f"{r}xDDP", BENCH / f"ddp-{r}", r, None) for r in _ints(args.ddp_ranks)]
     for label, folder, ranks, copies in points:
-        build(folder, ranks, copies, trace, blobs)
+        if copies is None:
+            build_ddp(folder, ranks, blobs)
+        else:
+            build(folder, ranks, copies, trace, blobs)
         row = run_point(label, folder, args.engine, hta if ranks <= 64 else None, args.hta_limit_s)
         rows.append(row)
 
@@ -249,8 +293,9 @@ def main() -> int:
               f"{f(row['whatif_run_s'])} {f(row['whatif_change_s'])} | "
               f"{f(row.get('hta_s'), '7.1f')} {row.get('hta_mb') or 0:>6.0f}", flush=True)
     defaults = {a.dest: a.default for a in parser._actions}
-    if (args.ranks, args.sizes_mb) != (defaults["ranks"], defaults["sizes_mb"]):
-        print("a partial run (--ranks or --sizes-mb given): benchmarks/scale.svg and scale.json left as they are")
+    if (args.ranks, args.sizes_mb, args.ddp_ranks) != (defaults["ranks"], defaults["sizes_mb"], defaults["ddp_ranks"]):
+        print("a partial run (--ranks, --sizes-mb or --ddp-ranks given): benchmarks/scale.svg and scale.json "
+              "left as they are")
         return 0
     write_outputs(rows)
     print("wrote benchmarks/scale.svg and benchmarks/scale.json")

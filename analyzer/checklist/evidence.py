@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from overlapscope.analyzer import headline
-from overlapscope.analyzer.measure.collectives import (NULL_INT, ROWS_PER_BLOCK, Collective, Collectives, Selection,
-                                                       rank_blocks, rank_steps, selection)
+from overlapscope.analyzer.measure.blocks import ROWS_PER_BLOCK, rank_blocks
+from overlapscope.analyzer.measure.collectives import (NULL_INT, Collective, Collectives, Selection, rank_steps,
+                                                       selection)
 
 AGGREGATION = "median step of the slowest rank, as the headline"
 

@@ -25,6 +25,7 @@ import msgspec
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.measure import waits
+from overlapscope.analyzer.measure.blocks import ROWS_PER_BLOCK
 from overlapscope.analyzer.store.runinfo import RunInfo
 from overlapscope.analyzer.units import MS_DIGITS, NS_PER_MS, NS_PER_S
 from overlapscope.contract.collectives import bus_factor
@@ -286,9 +287,6 @@ class Collectives(Sequence):
         return [Collective(**dict(zip(FIELDS, vals))) for vals in zip(*columns)]
 
 
-# Rows a reader of the columns takes at a time where it makes Python values or sorts copies
-# (a Selection's iteration, the model's predictions): what it holds is a block's, not the run's.
-ROWS_PER_BLOCK = 65_536
 
 
 def text_test(texts: list, test, codes):
@@ -319,29 +317,6 @@ def rank_steps(rank, step):
         return list(zip((packed // span).tolist(), (packed % span + low).tolist())), slot.reshape(-1)
     pairs, slot = np.unique(np.stack([rank, step]), axis=1, return_inverse=True)
     return list(map(tuple, pairs.T.tolist())), slot.reshape(-1)
-
-
-def rank_blocks(rank, rows_per_block: int = ROWS_PER_BLOCK) -> list[tuple[int, int]]:
-    """The rows (``start``, ``stop``) of consecutive whole ranks, at most ``rows_per_block``
-    rows together (one rank with more alone), from a NumPy column of ranks in rank order (a
-    ``Collectives``'): what a reader takes at a time where its figures are per rank or per
-    (rank, step), none of which a block then splits. Ranks out of order (rows listed some
-    other way): one block of every row."""
-    import numpy as np
-
-    if not len(rank):
-        return []
-    if (rank[1:] < rank[:-1]).any():
-        return [(0, len(rank))]
-    starts = np.flatnonzero(rank[1:] != rank[:-1]) + 1  # where each rank's rows but the first begin
-    edges = [0, *starts.tolist(), len(rank)]
-    blocks, start = [], 0
-    for k in range(1, len(edges)):
-        if edges[k] - start > rows_per_block and edges[k - 1] > start:  # the ranks before k fill a block
-            blocks.append((start, edges[k - 1]))
-            start = edges[k - 1]
-    blocks.append((start, len(rank)))
-    return blocks
 
 
 def first_met_groups(columns: list, rows_per_block: int = ROWS_PER_BLOCK):

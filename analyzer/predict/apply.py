@@ -521,12 +521,13 @@ def apply(plan: StepPlan, c: Changes, a, model, notes: list[str], late: int | No
     return _groups(changed, c, a, model, notes)
 
 
-def assumptions(plans: list[StepPlan], c: Changes, cpu: bool = False) -> list[str]:
-    """What the prediction takes as given, in words (the ``assumptions`` of whatif --json)."""
+def assumptions(blocking: bool, c: Changes, cpu: bool = False) -> list[str]:
+    """What the prediction takes as given, in words (the ``assumptions`` of whatif --json);
+    ``blocking``: some replayed plan's collectives block compute (``StepPlan.blocking``)."""
     out = ["compute of the passes, the optimizer's compute and the step's other time (host gaps, waits outside "
            "the replayed collectives) as measured, unless a change scales them",
            "one comm lane: collectives run one at a time in issue order, not slowed by compute"]
-    if any(p.blocking for p in plans):
+    if blocking:
         out.append("the run's collectives block compute (measured at least 90% exposed, a pass's last bucket "
                    "aside): replayed fully exposed")
     if c.tokens is not None:

@@ -47,9 +47,9 @@ class RunAnalysis:
     memory: list[dict]  # per rank: measured peak beside the model states
     tokens: float | None  # tokens per GPU per micro-batch (given, or the manifest's)
     weight_bytes: float = 2.0  # bytes per gathered weight element (FSDP)
-    lanes: dict = field(default_factory=dict)  # (rank, event_id) -> measure.waits.Lane: what the what-if replays
     comm_model: CommModel | None = None  # the prediction engine's comm model of the run (comm.py)
-    plans: list = field(default_factory=list)  # its measured steps as plans (plan.py): what every prediction changes
+    # its measured steps as plans (plan.Plans, packed): what every prediction changes
+    plans: Sequence = field(default_factory=list)
     forwards: dict = field(default_factory=dict)  # (rank, step) -> the model's forward ranges: micro-batches in a raw trace
     reducer: dict = field(default_factory=dict)  # (rank, step) -> ms of DDP's reducer ops (collectives.sql)
     grads: dict = field(default_factory=dict)  # (rank, step) -> when each gradient was ready (ns, collectives.sql)
@@ -345,10 +345,10 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     # the prediction engine, once: its comm model and the measured steps as plans (what the
     # what-if starts from too), and with no change its prediction of every collective
     model = CommModel(info.manifest.calibration, rows, w_of, sources["bus_bandwidth_bytes_per_s"])
-    lanes = waits.lanes(con, run_id)
     forwards, reducer, grads = _forwards(con), _reducer(con), _grads(con)
     rows = exposure.predict_comm(rows, model)
-    measured_plans = plans(info, rows, ov["steps"], lanes, model, forwards, reducer, grads)
+    # each bucket and unit transfer's piece of the comm lane: read by the plans alone, and gone with them
+    measured_plans = plans(info, rows, ov["steps"], waits.lanes(con, run_id, rows), model, forwards, reducer, grads)
     rows = exposure.predict_exposed(rows, measured_plans)
     grad_bytes, weight_bytes = _grad_bytes(info, rows), _weight_bytes(info, rows)
     tokens = tokens or info.manifest.tokens_per_microbatch
@@ -356,7 +356,7 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     steps, models = _per_step(rows, ov["steps"], inputs, info)
     models = reconcile(con, run_id, rows, steps, models, info.device_kind, stage)
     return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
-                       weight_bytes, lanes, model, measured_plans, forwards, reducer, grads)
+                       weight_bytes, model, measured_plans, forwards, reducer, grads)
 
 
 def summary(rows: Sequence[Collective]) -> list[dict]:

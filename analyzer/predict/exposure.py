@@ -21,9 +21,11 @@ never held twice (two million of them at 1,024 ranks).
 
 from __future__ import annotations
 
-import itertools
+import array
+from collections.abc import Sequence
 
-from overlapscope.analyzer.measure.collectives import NULL_INT, ROWS_PER_BLOCK, Collective, Collectives, table_of
+from overlapscope.analyzer.measure.blocks import EVENT_ID_BITS, ROWS_PER_BLOCK, key_index
+from overlapscope.analyzer.measure.collectives import NULL_INT, Collective, Collectives, table_of
 from overlapscope.analyzer.predict.comm import CommModel
 from overlapscope.analyzer.predict.plan import StepPlan
 from overlapscope.analyzer.predict.replay import replay_plan
@@ -57,20 +59,33 @@ def predict_comm(rows: list[Collective], model: CommModel) -> Collectives:
     return rows
 
 
-def predict_exposed(rows: list[Collective], plans: list[StepPlan]) -> Collectives:
-    """Each row with predicted_exposed_ms: its exposure in the model's replay of its step."""
-    exposed: dict[tuple[int, int], float] = {}
+def predict_exposed(rows: list[Collective], plans: Sequence[StepPlan]) -> Collectives:
+    """Each row with predicted_exposed_ms: its exposure in the model's replay of its step.
+
+    The replays' figures are kept by key (rank << EVENT_ID_BITS | event_id) in two arrays and
+    found for the rows by the keys' sorted order (``blocks.key_index``): a dict of (rank,
+    event_id) took about 200 bytes a bucket or unit collective. Where two of the plans'
+    collectives share a key the last one replayed holds, as the dict's last write did."""
+    import numpy as np
+
+    keys, exposed = array.array("q"), array.array("d")
     for plan in plans:
         replay = replay_plan(plan, "transfer")
         for x in plan.xfers:
             span = replay.spans.get(id(x))
             if span is not None and x.key is not None:
-                exposed[x.key] = round(span.exposed_ms, 6)
-    import numpy as np
-
+                keys.append((x.key[0] << EVENT_ID_BITS) | x.key[1])
+                exposed.append(round(span.exposed_ms, 6))
     rows = table_of(rows)
-    # a row at a time from the columns' own values (no list of each column: rows.values)
-    rows.numpy("predicted_exposed_ms")[:] = np.fromiter(
-        map(exposed.get, zip(rows.columns["rank"], rows.columns["event_id"]), itertools.repeat(_NAN)),
-        np.float64, len(rows)) if exposed else _NAN
+    column = rows.numpy("predicted_exposed_ms")
+    if not keys:
+        column[:] = _NAN
+        return rows
+    keys, exposed = np.frombuffer(keys, np.int64), np.frombuffer(exposed, np.float64)
+    order = np.argsort(keys, kind="stable")  # equal keys in the order replayed: the last of each holds
+    keys, exposed = keys[order], exposed[order]
+    last = np.append(keys[1:] != keys[:-1], True)
+    keys, exposed = keys[last], exposed[last]
+    found = key_index(keys, rows.numpy("rank"), rows.numpy("event_id"))
+    column[:] = np.where(found >= 0, exposed[found], _NAN)
     return rows

@@ -19,29 +19,47 @@ from overlapscope.analyzer.model.memory import model_state_bytes
 from overlapscope.analyzer.predict.plan import FsdpPass
 
 
-def _stage(a, c, plans) -> tuple[str | None, int | None]:
-    fsdp = any(isinstance(p, FsdpPass) for plan in plans for p in plan.passes)
+class Held:
+    """What the memory prediction reads of a run's plans, taken a plan at a time (``add``):
+    how many there are, whether any pass is FSDP's, and the most unsharded weight bytes one
+    pass holds at once, before the shard a rank keeps anyway (``gathered_bytes``)."""
+
+    def __init__(self):
+        self.plans, self.fsdp, self.unsharded_bytes = 0, False, 0.0
+
+    @classmethod
+    def of(cls, plans) -> "Held":
+        held = cls()
+        for plan in plans:
+            held.add(plan)
+        return held
+
+    def add(self, plan) -> None:
+        self.plans += 1
+        for p in plan.passes:
+            if not isinstance(p, FsdpPass):
+                continue
+            self.fsdp = True
+            kept = sum(u.bytes for u in p.units if u.regather is None)
+            others = sorted((u.bytes for u in p.units if u.regather is not None), reverse=True)[:2]
+            self.unsharded_bytes = max(self.unsharded_bytes, kept + sum(others))
+
+    def gathered_bytes(self, shard: int) -> float:
+        """The most unsharded weight bytes one rank holds at once, over the plans' passes, less
+        its shard. The largest before the shard's share is the largest after: a product with
+        the same factor (0 to 1) rounds in the same order."""
+        return self.unsharded_bytes * (1 - 1 / max(1, shard))
+
+
+def _stage(a, c, held: Held) -> tuple[str | None, int | None]:
     shape = a.info.manifest.hsdp_shape
-    if not plans:
+    if not held.plans:
         return None, None
-    if not fsdp:
+    if not held.fsdp:
         return "ddp", None
     if c.hsdp:
         return "hsdp", c.hsdp
     return ("hsdp", shape[1]) if shape else ("zero3", None)
-
-
-def _gathered_bytes(plans, shard: int) -> float:
-    """The most unsharded weight bytes one rank holds at once, over the plans' passes."""
-    most = 0.0
-    for plan in plans:
-        for p in plan.passes:
-            if not isinstance(p, FsdpPass):
-                continue
-            kept = sum(u.bytes for u in p.units if u.regather is None)
-            others = sorted((u.bytes for u in p.units if u.regather is not None), reverse=True)[:2]
-            most = max(most, (kept + sum(others)) * (1 - 1 / max(1, shard)))
-    return most
 
 
 def _device_bytes(a) -> int | None:
@@ -51,7 +69,10 @@ def _device_bytes(a) -> int | None:
 
 
 def predict(a, plans, changed, c) -> dict | None:
-    """The ``memory`` object of whatif --json (None without a DDP/FSDP plan)."""
+    """The ``memory`` object of whatif --json (None without a DDP/FSDP plan): ``plans`` the
+    measured plans, ``changed`` the changed ones, each as a ``Held`` or the plans themselves."""
+    plans = plans if isinstance(plans, Held) else Held.of(plans)
+    changed = changed if isinstance(changed, Held) else Held.of(changed)
     params = a.info.manifest.params
     stage, group = _stage(a, type(c)(), plans)
     new_stage, new_group = _stage(a, c, changed)
@@ -64,7 +85,7 @@ def predict(a, plans, changed, c) -> dict | None:
     new_shard = new_group or (gpus if new_stage == "zero3" else 1)
     states = model_state_bytes(stage, params, world, group=group) if params else None
     new_states = model_state_bytes(new_stage, params, gpus, group=new_group) if params else None
-    gathered, new_gathered = _gathered_bytes(plans, shard), _gathered_bytes(changed, new_shard)
+    gathered, new_gathered = plans.gathered_bytes(shard), changed.gathered_bytes(new_shard)
     peaks = [m["peak_allocated_bytes"] for m in a.memory if m.get("peak_allocated_bytes")]
     peak = max(peaks) if peaks else None
     k = 1.0

@@ -27,8 +27,8 @@ from collections import defaultdict
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.measure import idle, waits
-from overlapscope.analyzer.measure.collectives import (NULL_INT, ROWS_PER_BLOCK, Collective, rank_blocks, rank_steps,
-                                                       table_of)
+from overlapscope.analyzer.measure.blocks import EVENT_ID_BITS, ROWS_PER_BLOCK, rank_blocks
+from overlapscope.analyzer.measure.collectives import NULL_INT, Collective, rank_steps, table_of
 from overlapscope.analyzer.units import NS_PER_MS
 
 # the checklist's exposed_warn (analyzer/checklist/findings.py): a gap above 3% of the step
@@ -48,9 +48,6 @@ _TEXT = {
 
 def _fmt(value_ms: float) -> str:
     return f"{value_ms:.3g} ms"
-
-
-EVENT_ID_BITS = 40  # waits.transfer_waits's key: rank << 40 | event_id (a rank has far fewer events)
 
 
 def _slow_transfers(con, rows: list[Collective], rows_per_block: int = ROWS_PER_BLOCK) -> dict[tuple, float]:

@@ -7,6 +7,10 @@ what-if with a change of a catalog's run reads a few megabytes instead of reduci
 run's ranks again and building one object per collective (a 256-rank run: 517,120 of
 them, 8.7 s before its first prediction).
 
+The plans are kept as the analysis packs them (``plan.Plans``: compressed MessagePack
+blocks, 63 bytes a collective, read a block at a time), so neither ingest nor a what-if
+holds the run's plans as objects at once.
+
 Encoded with msgspec's MessagePack: floats and ints keep their type and bits, so a
 prediction from the stored state is the prediction from the fresh analysis, to the byte
 (``tests/analyzer/predict/test_engine_state.py``). A state of another ``FORMAT`` or with
@@ -22,11 +26,11 @@ import msgspec
 
 from overlapscope.analyzer.predict.buckets import RunAnalysis
 from overlapscope.analyzer.predict.comm import CommModel, Fit
-from overlapscope.analyzer.predict.plan import DdpPass, FsdpPass, StepPlan
+from overlapscope.analyzer.predict.plan import DdpPass, FsdpPass, Plans, StepPlan
 from overlapscope.analyzer.store import runstore
 from overlapscope.analyzer.store.runinfo import RunInfo
 
-FORMAT = 1  # bump when what a field of the plans or the fits means changes
+FORMAT = 2  # bump when what a field of the plans or the fits means changes (2: the plans as Plans' packed blocks)
 
 
 def _schema() -> str:
@@ -40,20 +44,12 @@ def _schema() -> str:
                     for c in (StepPlan, DdpPass, FsdpPass, Unit, Xfer, Fit))
 
 
-class _Plan(msgspec.Struct, array_like=True):
-    """A StepPlan with its passes split by kind (msgspec decodes one dataclass per list)."""
-
-    plan: StepPlan  # its passes empty
-    ddp: list[DdpPass]
-    fsdp: list[FsdpPass]
-    order: str  # "d" or "f" per pass, in the plan's order
-
-
 class _State(msgspec.Struct):
     format: int
     schema: str  # _schema() of the version that wrote it
     fits: dict[str, Fit]
-    plans: list[_Plan]
+    plan_blocks: list[bytes]  # the plans as Plans packs them (plan.Plans: compressed MessagePack blocks)
+    plan_counts: list[int]  # plans per block
     overlap: dict  # measure.overlap.compute's rows, as the analysis read them
     sources: dict
     stage: str | None
@@ -72,30 +68,20 @@ class _Format(msgspec.Struct):
     schema: str
 
 
-def _plan(p: StepPlan) -> _Plan:
-    ddp = [x for x in p.passes if isinstance(x, DdpPass)]
-    fsdp = [x for x in p.passes if isinstance(x, FsdpPass)]
-    order = "".join("d" if isinstance(x, DdpPass) else "f" for x in p.passes)
-    bare = StepPlan(p.rank, p.step, p.step_ms, p.compute_ms, p.comm_ms, p.exposed_ms, p.optimizer_ms, [],
-                    p.microbatches, p.blocking, p.reducer_ms)
-    return _Plan(bare, ddp, fsdp, order)
-
-
-def _step_plan(rec: _Plan) -> StepPlan:
-    ddp, fsdp = iter(rec.ddp), iter(rec.fsdp)
-    rec.plan.passes = [next(ddp) if k == "d" else next(fsdp) for k in rec.order]
-    return rec.plan
-
-
 def encode(a: RunAnalysis) -> bytes | None:
     """The what-if's state of analysis ``a`` as bytes; None where it cannot be stored as
     it is (a plan already carrying a prediction's terms, a value MessagePack cannot hold):
     then the what-if reduces the run's ranks again, and ingest never fails for it."""
-    if a.comm_model is None or any(x.terms is not None for p in a.plans for x in p.xfers):
+    if a.comm_model is None:
         return None
-    if any(not isinstance(x, DdpPass | FsdpPass) for p in a.plans for x in p.passes):
-        return None
-    state = _State(FORMAT, _schema(), a.comm_model.fits, [_plan(p) for p in a.plans], a.overlap, a.sources, a.stage,
+    plans = a.plans
+    if not isinstance(plans, Plans):  # plans built some other way: checked, then packed
+        if any(x.terms is not None for p in plans for x in p.xfers):
+            return None
+        if any(not isinstance(x, DdpPass | FsdpPass) for p in plans for x in p.passes):
+            return None
+        plans = Plans.of(plans)
+    state = _State(FORMAT, _schema(), a.comm_model.fits, plans.blocks, plans.counts, a.overlap, a.sources, a.stage,
                    a.grad_bytes, a.weight_bytes, a.steps, a.model, a.memory, a.tokens,
                    [(r, s, n) for (r, s), n in a.forwards.items()], [(r, s, ms) for (r, s), ms in a.reducer.items()])
     try:
@@ -106,15 +92,17 @@ def encode(a: RunAnalysis) -> bytes | None:
 
 def decode(data: bytes, info: RunInfo) -> RunAnalysis | None:
     """The RunAnalysis that the what-if reads, from ``encode``'s bytes (None: another format).
-    It holds no collectives, lanes or gradient ready times (per collective or per
+    It holds no collectives or gradient ready times (per collective or per
     gradient: the plans carry what the what-if reads of them)."""
     written = msgspec.msgpack.decode(data, type=_Format)
     if (written.format, written.schema) != (FORMAT, _schema()):
         return None
     s = msgspec.msgpack.decode(data, type=_State)
     model = CommModel.of_fits(s.fits)
+    plans = Plans(s.plan_blocks, s.plan_counts)
+    plans.check()  # a damaged block fails here, and the what-if reduces the run again
     return RunAnalysis(info, s.overlap, [], s.sources, s.stage, s.grad_bytes, s.steps, s.model, s.memory, s.tokens,
-                       s.weight_bytes, {}, model, [_step_plan(p) for p in s.plans],
+                       s.weight_bytes, model, plans,
                        {(r, st): n for r, st, n in s.forwards}, {(r, st): ms for r, st, ms in s.reducer})
 
 
@@ -124,7 +112,9 @@ def read(run_dir: str | Path, info: RunInfo) -> RunAnalysis | None:
     data = runstore.read_engine_state(run_dir)
     if data is None:
         return None
+    from isal import isal_zlib
+
     try:
         return decode(data, info)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None  # not what this version writes: reduce the run instead
+    except (msgspec.DecodeError, msgspec.ValidationError, isal_zlib.error):
+        return None  # not what this version writes, or damaged: reduce the run instead

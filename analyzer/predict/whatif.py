@@ -23,6 +23,8 @@ The changes are applied by whatif.apply; memory per GPU by whatif.memory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from overlapscope.analyzer.headline import overlap_pct, slowest
 from overlapscope.analyzer.units import MS_DIGITS
 from overlapscope.contract.figures import STEP_TIMES, overlap_pct as overlap_of
@@ -61,7 +63,6 @@ def _step(plan: StepPlan, changed: StepPlan) -> dict:
                               other_comm + new.comm_ms, plan.exposed_ms + new.exposed_ms - base.exposed_ms),
         "model": _figures(plan.step_ms + d_compute - measured_modeled_ms + pure.exposed_ms, changed.compute_ms,
                           other_comm + pure.comm_ms, plan.exposed_ms - measured_modeled_ms + pure.exposed_ms),
-        "_replay": new,
     }
 
 
@@ -105,7 +106,7 @@ def _collectives(plan: StepPlan, changed: StepPlan, new) -> list[dict]:
     return rows
 
 
-def prepare(a) -> tuple[CommModel, list[StepPlan]]:
+def prepare(a) -> tuple[CommModel, Sequence[StepPlan]]:
     """The run's comm model and measured plans: what every prediction of it starts from
     (``predict``'s ``prepared``, to predict many changes of one run at the cost of one).
     The buckets report's analysis made them (``buckets.analysis``): its predicted columns
@@ -129,15 +130,20 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
         else:
             notes.append(f"rank {late}" + (" (the late rank: the others wait for it most)" if changes.on_time == LATE
                                             else "") + " on time; its step taken as the others'")
-    steps = []
-    for plan in measured_plans:
+    # a plan at a time (the run's plans are packed: plan.Plans): each step's figures are kept,
+    # and what the memory and the assumptions read of the plans, not the plans or their replays
+    steps, held, held_changed, blocking = [], memory.Held(), memory.Held(), False
+    for k, plan in enumerate(measured_plans):
         changed = apply.apply(plan, changes, a, model, notes, late)
-        steps.append(_step(plan, changed) | {"_plan": plan, "_changed": changed})
+        steps.append(_step(plan, changed) | {"_index": k})
+        held.add(plan)
+        held_changed.add(changed)
+        blocking = blocking or plan.blocking
     if not steps:
         return {"changes": changes.as_json(), "label": changes.label(), "measured": None, "replayed": None,
                 "predicted": None, "model": None, "memory": None, "collectives": [], "steps": [],
                 "assumptions": [], "warnings": ["no DDP buckets or FSDP units in this trace: nothing to replay"]}
-    ranks = {p.rank for p in measured_plans}
+    ranks = {s["rank"] for s in steps}
     rows = _figure_rows(a, steps, ranks)
     if late is not None and len(ranks) > 1:  # the rank on time keeps up: what it takes is the others' step
         for key in ("predicted", "model"):
@@ -153,15 +159,19 @@ def predict(a, changes: Changes = Changes(), prepared: tuple | None = None, rank
     result["predicted"]["gain_ms"] = round(m["step_ms"] - p["step_ms"], 4) or 0.0
     mine = sorted((s for s in steps if s["rank"] == m["slowest_rank"]), key=lambda s: s["measured"]["step_ms"])
     typical = mine[len(mine) // 2] if mine else steps[0]
+    # its collectives' terms: the change applied to its plan once more (apply is a function of the
+    # plan, the change and the run; its notes were taken the first time)
+    plan = measured_plans[typical["_index"]]
+    changed = apply.apply(plan, changes, a, model, [], late)
     return {
         "changes": changes.as_json(),
         "label": changes.label(),
         **result,
-        "memory": memory.predict(a, measured_plans, [s["_changed"] for s in steps], changes),
-        "collectives": _collectives(typical["_plan"], typical["_changed"], typical["_replay"]),
+        "memory": memory.predict(a, held, held_changed, changes),
+        "collectives": _collectives(plan, changed, replay_plan(changed)),
         "collectives_of": {"rank": typical["rank"], "step": typical["step"]},
         "steps": [{k: v for k, v in s.items() if not k.startswith("_")} for s in steps],
-        "assumptions": apply.assumptions(measured_plans, changes, a.device_kind == "cpu"),
+        "assumptions": apply.assumptions(blocking, changes, a.device_kind == "cpu"),
         "warnings": list(dict.fromkeys(notes)),
     }
 

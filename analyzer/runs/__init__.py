@@ -24,21 +24,15 @@ from overlapscope.analyzer.store import access, catalog, runstore
 # decodes traces forks its workers before duckdb starts any thread.
 
 
-def _derive(con, run_id: int) -> dict:
-    from overlapscope.analyzer.runs import derive
-
-    return derive.compute(con, run_id)
-
-
 def open_catalog(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 0.0,
                  on_wait=None):
     """``store.catalog.open_catalog``, an old catalog upgraded with today's analyses."""
-    return catalog.open_catalog(path, read_only, wait_s, on_wait, derive=_derive)
+    return catalog.open_catalog(path, read_only, wait_s, on_wait, derive=_derive_in_catalog)
 
 
 def shared(path: str | os.PathLike, keep_open_s: float | None = None) -> access.SharedCatalog:
     """This process's ``store.access.SharedCatalog`` of ``path``, opened as ``open_catalog`` opens."""
-    return access.shared(path, keep_open_s, derive=_derive)
+    return access.shared(path, keep_open_s, derive=_derive_in_catalog)
 
 
 @dataclass
@@ -129,6 +123,14 @@ def _set_budget(con, memory_bytes: int) -> None:
     con.execute(f"SET memory_limit = '{memory_bytes // 2**20}MiB'")
 
 
+def _derive_in_catalog(con, run_id: int) -> dict:
+    """``derive.compute`` on the catalog's own connection (an old catalog's runs upgraded):
+    with the catalog's memory setting, which a budget set here would leave behind."""
+    from overlapscope.analyzer.runs import derive
+
+    return derive.compute(con, run_id)
+
+
 def sweep_leftovers(catalog_path) -> list[str]:
     """Remove what killed processes left: their temporary folders and the catalog's staging
     folders (a server's start; any load sweeps the temporary folders too); the names."""
@@ -213,8 +215,6 @@ def ingest(con, paths: list[str], name: str, tags: dict | None = None, workers: 
     except BaseException:
         prepared.discard()  # not committed (commit took back a folder it had published)
         raise
-
-
 
 
 def ensure_samples(con, samples_dir: Path = catalog.SAMPLES_DIR) -> list[int]:

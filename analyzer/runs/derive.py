@@ -17,7 +17,7 @@ from overlapscope.analyzer.headline import failed, headline
 from overlapscope.analyzer.ingest.memory import release_freed
 from overlapscope.analyzer.measure import timeline, waits
 from overlapscope.analyzer.predict import buckets
-from overlapscope.analyzer.store import results
+from overlapscope.analyzer.store import results, runstore
 from overlapscope.analyzer.predict import changes, state
 
 
@@ -25,9 +25,10 @@ def compute(con, run_id: int) -> dict:
     """A run's headline, findings and figures (what ``save`` stores), its ranks' clock
     offsets, its analyses as documents (``buckets``: the buckets result; ``diagnose``:
     the checklist's), the prediction engine's state (``engine_state``: predict.state's
-    bytes, None where it cannot be kept) and the collectives as the Timeline reads them
-    (``attribution``: Arrow tables, a row group each), from a store that holds the run (the
-    reduce's, for ingest); ``runstore.write_derived`` writes the last three.
+    bytes packed as stored, ``runstore.pack_engine_state``; None where it cannot be kept)
+    and the collectives as the Timeline reads them (``attribution``: Arrow tables, a row
+    group each), from a store that holds the run (the reduce's, for ingest);
+    ``runstore.write_derived`` writes the last three.
 
     Computed outside the catalog's single writer; the writer only saves them
     (``store.results.save``).
@@ -38,6 +39,8 @@ def compute(con, run_id: int) -> dict:
     # ranks' derive held 601 MiB into the summary, against 640 (measured; 5 ms a trim)
     release_freed()
     engine_state = state.encode(a)  # before the checklist's predictions: what a fresh what-if reads
+    if engine_state is not None:  # packed at once: the derive's later phases run beside it
+        engine_state = runstore.pack_engine_state(engine_state)
     diagnosed = checklist.diagnose(con, a)
     release_freed()
     findings = diagnosed["findings"]

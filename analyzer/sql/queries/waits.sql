@@ -22,6 +22,9 @@ SELECT (rank::BIGINT << $event_id_bits) | event_id AS key, wait_ns FROM comm_wai
 WHERE rank BETWEEN $first_rank AND $last_rank ORDER BY key;
 
 -- name: lanes
--- Per DDP bucket or FSDP unit transfer: its piece of the comm lane, the compute inside it, its wait and
--- the rank it waited for (lanes.sql).
-SELECT rank, event_id, lane_ts_ns, lane_ns, hidden_ns, wait_ns, last_rank, lead_ns FROM comm_lane;
+-- Per DDP bucket or FSDP unit transfer, by key (rank << $event_id_bits | event_id), in key order: its
+-- piece of the comm lane, the compute inside it, its wait and the rank it waited for (lanes.sql; -1:
+-- no peer loaded).
+SELECT (rank::BIGINT << $event_id_bits) | event_id AS key, lane_ts_ns, lane_ns, hidden_ns, wait_ns,
+       coalesce(last_rank, -1)::BIGINT AS last_rank, lead_ns
+FROM comm_lane ORDER BY key;

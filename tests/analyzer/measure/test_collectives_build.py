@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
-from overlapscope.analyzer.measure import collectives as cols
+from overlapscope.analyzer.measure import blocks, collectives as cols
 from overlapscope.contract.collectives import bus_factor
 from overlapscope.contract.manifest import Manifest, Mesh, Unit
 
@@ -196,9 +196,9 @@ def test_rank_blocks_take_whole_ranks_up_to_a_block(counts, block):
         held += n
     if held:
         expected.append((start, start + held))
-    assert cols.rank_blocks(rank, block) == expected
+    assert blocks.rank_blocks(rank, block) == expected
     if len(set(rank.tolist())) > 1:  # out of rank order: one block, never a rank split between two
-        assert cols.rank_blocks(rank[::-1].copy(), block) == [(0, len(rank))]
+        assert blocks.rank_blocks(rank[::-1].copy(), block) == [(0, len(rank))]
 
 
 def test_text_test_reads_each_rows_text_across_blocks():
@@ -206,7 +206,7 @@ def test_text_test_reads_each_rows_text_across_blocks():
     import numpy as np
 
     texts = ["allreduce", None, "reduce_scatter", "forward_allgather", ""]
-    codes = np.random.default_rng(7).integers(0, len(texts), 3 * cols.ROWS_PER_BLOCK + 11).astype(np.uint16)
+    codes = np.random.default_rng(7).integers(0, len(texts), 3 * blocks.ROWS_PER_BLOCK + 11).astype(np.uint16)
     test = lambda t: t in ("allreduce", "reduce_scatter")  # noqa: E731
     got = cols.text_test(texts, test, codes)
     assert got.dtype == bool and got.tolist() == [test(texts[c]) for c in codes.tolist()]

@@ -182,6 +182,19 @@ def test_a_catalog_of_the_first_schema_is_upgraded(tmp_path, db, capsys):
                 assert stored[key] == fresh[key], (command, key)
 
 
+def test_an_upgrade_leaves_the_catalogs_memory_setting(tmp_path, db):
+    """Upgrading an old catalog derives its runs on the catalog's own connection: the
+    ingest's DuckDB budget for the derive (64 MiB) is not left on it for what follows."""
+    old_catalogs.version_3(db, [([bundle(tmp_path / "a")], "old", {})])
+    con = runs.open_catalog()  # upgrades, deriving the run
+    upgraded = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    con.close()
+    con = runs.open_catalog(tmp_path / "new.duckdb")
+    fresh = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    con.close()
+    assert upgraded == fresh
+
+
 def test_a_version_4_catalog_gains_the_idempotency_key(tmp_path, db):
     """A catalog of schema 4 (before pushes carried a key): opening it adds runs.idempotency_key,
     its runs keep theirs empty, and a run committed with a key is found by it, for its pusher only."""
