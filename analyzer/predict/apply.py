@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from dataclasses import replace
 
 from overlapscope.analyzer.predict.changes import BUCKET_DEFAULT, REDUCE_DTYPES, Changes
-from overlapscope.analyzer.predict.plan import REDUCE_PHASES, DdpPass, FsdpPass, StepPlan, Unit, Xfer
+from overlapscope.analyzer.predict.plan import REDUCE_PHASES, DdpPass, FsdpPass, StepPlan, Unit, Xfer, replace
 
 MIB = 1024 * 1024
 # DDP's bucket_cap_mb when none is given: its first bucket is then 1 MiB. A cap that is set makes

@@ -58,6 +58,9 @@ class Terms:
                 "busbw_bytes_per_s": round(self.busbw_bytes_per_s), "model_ms": round(self.model_ms, 6)}
 
 
+_TERMS_KEPT = 4_096  # distinct collectives whose terms a model keeps
+
+
 def _hops(kind: str, gpus: int) -> float:
     return ring_latency_s(kind, gpus, 1.0) if gpus > 1 else 0.0
 
@@ -116,13 +119,24 @@ class CommModel:
               w_bytes_per_s: float | None = None) -> Terms | None:
         """The model's time of one collective: at W x ``w_scale``, or at ``w_bytes_per_s``
         (given, it needs no fit of the kind: then no latency term is known, only the wire)."""
+        # a function of its arguments and the fits: computed once per distinct collective (a
+        # what-if of a run retimes each of its buckets' few sizes on every rank and step)
+        key = (kind, nbytes, gpus, w_scale, w_bytes_per_s)
+        memo = self.__dict__.setdefault("_terms", {})
+        if key in memo:
+            return memo[key]
         fit = self.fits.get(kind)
         if (fit is None and not w_bytes_per_s) or gpus < 1:
-            return None
-        w = w_bytes_per_s or fit.busbw_bytes_per_s * w_scale
-        latency_s = fit.alpha_s * _hops(kind, gpus) if fit else 0.0
-        wire = bus_factor(kind, gpus) * nbytes if gpus > 1 else 0.0
-        return Terms(latency_s * 1e3, wire, w, (latency_s + wire / w) * 1e3)
+            terms = None
+        else:
+            w = w_bytes_per_s or fit.busbw_bytes_per_s * w_scale
+            latency_s = fit.alpha_s * _hops(kind, gpus) if fit else 0.0
+            wire = bus_factor(kind, gpus) * nbytes if gpus > 1 else 0.0
+            terms = Terms(latency_s * 1e3, wire, w, (latency_s + wire / w) * 1e3)
+        if len(memo) >= _TERMS_KEPT:  # sizes made by a change can all differ: never one entry per collective
+            memo.clear()
+        memo[key] = terms
+        return terms
 
     def model_ms(self, kind: str, nbytes: float, gpus: int, w_scale: float = 1.0,
                  w_bytes_per_s: float | None = None) -> float | None:

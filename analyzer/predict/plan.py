@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+import dataclasses
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -40,6 +41,37 @@ from overlapscope.analyzer.units import NS_PER_MS
 
 BLOCKING_EXPOSED = 0.9  # a family whose comm is this exposed or more is replayed as blocking
 REDUCE_PHASES = ("reduce_scatter", "allreduce")
+
+
+def replace(obj, **changes):
+    """``dataclasses.replace`` for the plans' classes (a shallow copy with ``changes``) in a
+    sixth of its time: a what-if copies every collective of every step it replays (0.4 us a
+    copy of an ``Xfer``, against 2.7 us). The classes here have no ``__post_init__`` and no
+    field outside ``__init__``, so a copy of each field is what ``__init__`` would make."""
+    cls = type(obj)
+    copier = _COPIERS.get(cls) or _copier(cls)
+    if not changes.keys() <= copier.names:
+        raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - copier.names)[0]!r}")
+    new = copier(obj)
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new
+
+
+def _copier(cls):
+    """A function that copies each field of a ``cls`` one statement at a time (made once per
+    class, as ``dataclasses`` makes ``__init__``: a loop over the names took 3.9 us)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    source = "def copy(obj):\n    new = new_object(cls)\n" + "".join(f"    new.{n} = obj.{n}\n" for n in names)
+    scope = {"new_object": object.__new__, "cls": cls}
+    exec(source + "    return new\n", scope)  # noqa: S102 (field names of our own dataclasses)
+    copy = scope["copy"]
+    copy.names = frozenset(names)
+    _COPIERS[cls] = copy
+    return copy
+
+
+_COPIERS: dict = {}
 
 
 @dataclass(slots=True)  # one per bucket or unit collective of a run: 474 bytes with its numbers, 530 with a dict

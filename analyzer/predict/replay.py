@@ -11,6 +11,7 @@ arrival (``peer_ms``); other collectives last their wait, then their transfer.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -55,12 +56,31 @@ def _lane(x, which: str) -> float:
     return (0.0 if which == "transfer" else x.wait_ms) + _duration(x, which)
 
 
-def _hidden_ms(p: DdpPass, start: float, end: float, backward_end: float) -> float:
+def _reach(cover: list) -> list[float] | None:
+    """Per piece of a pass's cover, the latest end of it and every piece before it: the pieces
+    before the first whose reach passes a time all end by it (``_hidden_ms`` skips them
+    without a look). None where an end is NaN (no order to rely on)."""
+    out, most = [], float("-inf")
+    for _, t1, _ in cover:
+        if t1 != t1:
+            return None
+        most = t1 if t1 > most else most
+        out.append(most)
+    return out
+
+
+def _hidden_ms(p: DdpPass, start: float, end: float, backward_end: float, reach: list[float] | None = None) -> float:
     """How much of [start, end] (ms) the pass's compute hides: the measured cover where a
-    bucket measured it, else the measured fraction before the backward's end, none after."""
+    bucket measured it, else the measured fraction before the backward's end, none after.
+    ``reach``: ``_reach(p.cover)``, to skip the pieces that end by ``start`` (each would add
+    nothing: a late bucket of a pass looked at every piece before it, 1 s of a 64-rank DDP
+    run's what-if)."""
     hidden, open_at = 0.0, start
-    for t0, t1, frac in p.cover:
-        if t1 <= start or t0 >= end:
+    first = bisect_right(reach, start) if reach is not None else 0
+    for t0, t1, frac in p.cover[first:]:  # sorted by start (plan._cover): those from ``end`` on add nothing
+        if t0 >= end:
+            break
+        if t1 <= start:
             continue
         a, b = max(start, t0), min(end, t1)
         hidden += frac * (b - a)
@@ -82,10 +102,10 @@ def _ddp(p: DdpPass, which: str, spans: dict) -> float:
                           x.delay_ms / 1e3, None if x.peer_ms is None else x.peer_ms / 1e3) for x in p.buckets]
     end_ms = max([x.ready_ms for x in p.buckets] + [0.0])
     timeline = replay_ddp(buckets, backward_end_s=end_ms / 1e3)
-    exposed = 0.0
+    exposed, reach = 0.0, _reach(p.cover)
     for x, b in zip(p.buckets, timeline.buckets):
         start, end = b.start_s * 1e3, b.end_s * 1e3
-        hidden = _hidden_ms(p, start, end, end_ms)
+        hidden = _hidden_ms(p, start, end, end_ms, reach)
         exposed += end - start - hidden
         spans[id(x)] = Span(start, end, end - start - hidden, "backward compute" if hidden > 1e-9 else None)
     return exposed
