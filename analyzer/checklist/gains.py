@@ -99,7 +99,8 @@ UNPRICED = ("smaller buckets cannot be priced: no per-collective latency could b
 
 def _best(f, a, prepared, ranks) -> tuple[tuple[float, str, float] | None, str | None]:
     """The best candidate change of ``f`` that fits in memory and is not the run's own setting,
-    as (gain ms, flags, measured step ms); else None and why none applies."""
+    as (gain ms, flags, measured step ms); else None and why none applies. ``prepared`` and
+    ``ranks`` as ``whatif.predict`` takes them."""
     from overlapscope.analyzer.predict import whatif
 
     candidates = CANDIDATES[f.id](f, a)
@@ -158,5 +159,8 @@ def link(findings: list, a) -> list:
 
     if not any(wanted(f) for f in findings):
         return list(findings)
-    prepared, ranks = whatif.prepare(a), _slowest(a)
-    return [_linked(f, *_best(f, a, prepared, ranks)) if wanted(f) else f for f in findings]
+    model, plans = whatif.prepare(a)
+    ranks = _slowest(a)
+    if ranks is not None:  # the slowest ranks' plans read once (the run's are packed), not once per change
+        plans = [p for p in plans if p.rank in ranks]
+    return [_linked(f, *_best(f, a, (model, plans), None)) if wanted(f) else f for f in findings]

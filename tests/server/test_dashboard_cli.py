@@ -134,22 +134,32 @@ def wait_healthy(url: str, proc, timeout_s: float = 60) -> None:
     raise AssertionError(f"the dashboard did not answer at {url} within {timeout_s} s")
 
 
-def start_server(db: Path, *extra: str, env: dict | None = None):
-    """``overlapscope dashboard`` as a user starts it (``env``: more environment); returns (process, url)."""
-    port = _free_port()
+def start_server(db: Path, *extra: str, env: dict | None = None, tries: int = 3):
+    """``overlapscope dashboard`` as a user starts it (``env``: more environment); returns (process, url).
+
+    The port is one the system had free a moment before: another test's server can take it
+    first (two test processes start servers side by side), and then this one exits at once.
+    Such a start is tried again on another port; a start that fails ``tries`` times fails
+    with what the server printed."""
     exe = Path(sys.executable).parent / "overlapscope"
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "overlapscope.cli"]
-    proc = subprocess.Popen([*command, "dashboard", "--db", str(db), "--port", str(port),
-                             "--address", "127.0.0.1", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "OVERLAPSCOPE_NO_SAMPLES": "1", **(env or {})})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-    except AssertionError:
-        stop_server(proc)
-        raise
-    return proc, url
+    for attempt in range(tries):
+        port = _free_port()
+        proc = subprocess.Popen([*command, "dashboard", "--db", str(db), "--port", str(port),
+                                 "--address", "127.0.0.1", *extra],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "OVERLAPSCOPE_NO_SAMPLES": "1", **(env or {})})
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, proc)
+        except AssertionError as err:
+            stop_server(proc)
+            exited = proc.returncode is not None and "exited" in str(err)
+            if exited and attempt + 1 < tries:
+                continue
+            printed = proc.stdout.read().decode(errors="replace")[-2000:] if proc.stdout else ""
+            raise AssertionError(f"{err}; it printed: {printed}") from None
+        return proc, url
 
 
 def stop_server(proc) -> None:

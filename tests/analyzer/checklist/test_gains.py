@@ -91,3 +91,27 @@ def test_the_runs_own_setting_is_never_a_candidate():
     finally:
         gains.CANDIDATES["ddp_bucket_size"] = saved
     assert best is None and why.endswith("the run's own setting")
+
+
+@pytest.mark.parametrize("name", ["hsdp_2x2", "ddp_tiny_buckets"])
+def test_a_large_runs_gains_replay_its_slowest_ranks_as_the_what_if_picks_them(name, monkeypatch):
+    """A run of more than 2 x SLOWEST_RANKS ranks prices its findings on its slowest ranks:
+    ``link`` reads their plans once, and each linked gain is the one ``whatif.predict`` gives
+    when it picks those ranks itself (``ranks``). SLOWEST_RANKS set to 1 (0 for a 2-rank run)
+    makes the samples such runs."""
+    from overlapscope.analyzer.checklist import build, evaluate
+    from overlapscope.analyzer.engine import map_run
+    from overlapscope.analyzer.predict import buckets, whatif
+
+    mapped = map_run([str(SAMPLES / name)], "attribution", workers=1)
+    a = buckets.analysis(mapped.con, mapped.run_id)
+    monkeypatch.setattr(gains, "SLOWEST_RANKS", 1 if len(a.overlap["ranks"]) > 2 else 0)
+    slowest = gains._slowest(a)
+    assert slowest is not None and len(slowest) < len(a.overlap["ranks"])
+    findings = evaluate(build(mapped.con, a))
+    wanted = [f for f in findings if f.status in ("fail", "warn") and f.id in gains.CANDIDATES]
+    assert wanted, "no finding to price"
+    linked = {f.id: f for f in gains.link(findings, a)}
+    for f in wanted:
+        expected = gains._linked(f, *gains._best(f, a, whatif.prepare(a), slowest))
+        assert linked[f.id] == expected, f.id
