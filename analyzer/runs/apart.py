@@ -44,12 +44,31 @@ def _ctx():
         return _context
 
 
+# The fork server listens on a Unix socket under the temporary folder (``pymp-*/listener-*``,
+# 32 bytes more), and a socket's path has at most 107 bytes: a TMPDIR of 76 bytes or more
+# stopped the server's start with "AF_UNIX path too long" (a test's TMPDIR under pytest's
+# numbered folders did)
+_SOCKET_PATH_MAX = 107
+_SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
+
+
 def start() -> None:
-    """Start the fork server now (a server's start) rather than at the first push."""
+    """Start the fork server now (a server's start) rather than at the first push. Where the
+    temporary folder's path is too long for its socket, the socket goes under /tmp (only
+    the socket and multiprocessing's own folder: every file a decode writes stays under
+    TMPDIR)."""
+    import os
+    import tempfile
     from multiprocessing import forkserver
 
     _ctx()
-    forkserver.ensure_running()
+    saved = tempfile.tempdir
+    if len(tempfile.gettempdir()) + _SOCKET_SUFFIX > _SOCKET_PATH_MAX and os.access("/tmp", os.W_OK):
+        tempfile.tempdir = "/tmp"  # multiprocessing makes its folder once, here, and keeps it
+    try:
+        forkserver.ensure_running()
+    finally:
+        tempfile.tempdir = saved
 
 
 class ChildFailed(RuntimeError):
@@ -71,6 +90,7 @@ def prepare(catalog_path, paths: list[str], on_decoded=None, limits=None, shown_
     is called in this thread as the child reports each rank."""
     from overlapscope.analyzer.runs import Prepared, _write_error
 
+    start()  # running already, but for a first push without a server's start
     ctx = _ctx()
     try:
         staging = runstore.stage(catalog_path)

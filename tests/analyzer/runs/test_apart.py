@@ -70,3 +70,23 @@ def test_a_child_killed_midway_leaves_nothing(tmp_path):
     with pytest.raises(apart.ChildFailed, match=r"ended without an answer \(exit code -9\)"):
         apart.prepare(db, [str(SAMPLES / "ddp")], on_decoded=kill_the_child)
     assert _staging(db) == []
+
+
+def test_a_long_temporary_folder_does_not_stop_the_fork_server(tmp_path):
+    """The fork server's socket lives under the temporary folder, and a Unix socket's path
+    has at most 107 bytes: with a TMPDIR of 90 bytes its start raised "AF_UNIX path too
+    long" and a server did not start. In a process of its own (the fork server is one per
+    process), a run prepared apart with such a TMPDIR."""
+    import os
+    import subprocess
+    import sys
+
+    long_dir = tmp_path / ("t" * max(1, 90 - len(str(tmp_path)) - 1))
+    long_dir.mkdir()
+    assert len(str(long_dir)) >= 90
+    script = ("import sys, tempfile; from overlapscope.analyzer.runs import apart; "
+              "p = apart.prepare(sys.argv[1], [sys.argv[2]]); print(len(p.results)); p.discard()")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "c.duckdb"), str(SAMPLES / "ddp")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(long_dir)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "2"
