@@ -27,13 +27,6 @@ class Held:
     def __init__(self):
         self.plans, self.fsdp, self.unsharded_bytes = 0, False, 0.0
 
-    @classmethod
-    def of(cls, plans) -> "Held":
-        held = cls()
-        for plan in plans:
-            held.add(plan)
-        return held
-
     def add(self, plan) -> None:
         self.plans += 1
         for p in plan.passes:
@@ -68,11 +61,9 @@ def _device_bytes(a) -> int | None:
     return min(known) if known else None
 
 
-def predict(a, plans, changed, c) -> dict | None:
-    """The ``memory`` object of whatif --json (None without a DDP/FSDP plan): ``plans`` the
-    measured plans, ``changed`` the changed ones, each as a ``Held`` or the plans themselves."""
-    plans = plans if isinstance(plans, Held) else Held.of(plans)
-    changed = changed if isinstance(changed, Held) else Held.of(changed)
+def predict(a, plans: Held, changed: Held, c) -> dict | None:
+    """The ``memory`` object of whatif --json (None without a DDP/FSDP plan): ``plans`` what
+    the measured plans hold, ``changed`` what the changed ones do."""
     params = a.info.manifest.params
     stage, group = _stage(a, type(c)(), plans)
     new_stage, new_group = _stage(a, c, changed)

@@ -27,7 +27,7 @@ from collections import defaultdict
 
 from overlapscope.analyzer import sql
 from overlapscope.analyzer.measure import idle, waits
-from overlapscope.analyzer.measure.blocks import EVENT_ID_BITS, ROWS_PER_BLOCK, rank_blocks
+from overlapscope.analyzer.measure.blocks import EVENT_ID_BITS, ROWS_PER_BLOCK, key_index, rank_blocks
 from overlapscope.analyzer.measure.collectives import NULL_INT, Collective, rank_steps, table_of
 from overlapscope.analyzer.units import NS_PER_MS
 
@@ -74,10 +74,9 @@ def _slow_transfers(con, rows: list[Collective], rows_per_block: int = ROWS_PER_
         rank = ranks[start:stop][picked]
         found = con.execute(query, {"event_id_bits": EVENT_ID_BITS, "first_rank": int(ranks[start]),
                                     "last_rank": int(ranks[stop - 1])}).fetchnumpy()
-        keys, wait_ns = found["key"], found["wait_ns"]
-        want = (rank << EVENT_ID_BITS) | event_ids[start:stop][picked]
-        at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
-        waited_ns = np.where(keys[at] == want, wait_ns[at], 0) if len(keys) else np.zeros(len(picked), np.int64)
+        wait_ns = found["wait_ns"]
+        at = key_index(found["key"], rank, event_ids[start:stop][picked], len(picked))  # one block
+        waited_ns = np.where(at >= 0, wait_ns[at], 0) if len(wait_ns) else np.zeros(len(picked), np.int64)
         excess_ms = np.maximum(0.0, (comm_col[start:stop][picked] - waited_ns / NS_PER_MS) - predicted_ms[picked])
         pairs, slot = rank_steps(rank, step[picked])
         out.update(zip(pairs, np.bincount(slot, weights=excess_ms).tolist()))

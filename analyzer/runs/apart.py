@@ -40,35 +40,43 @@ def _ctx():
         if _context is None:
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(PRELOAD)
+            _short_socket_folder()
             _context = ctx
         return _context
 
 
-# The fork server listens on a Unix socket under the temporary folder (``pymp-*/listener-*``,
-# 32 bytes more), and a socket's path has at most 107 bytes: a TMPDIR of 76 bytes or more
-# stopped the server's start with "AF_UNIX path too long" (a test's TMPDIR under pytest's
-# numbered folders did)
+# The fork server listens on a Unix socket in multiprocessing's temporary folder
+# (``<TMPDIR>/pymp-*/listener-*``, 32 bytes more), and a socket's path has at most 107 bytes:
+# a TMPDIR of 76 bytes or more stopped the server's start with "AF_UNIX path too long" (a
+# test's TMPDIR under pytest's numbered folders did)
 _SOCKET_PATH_MAX = 107
 _SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
 
 
-def start() -> None:
-    """Start the fork server now (a server's start) rather than at the first push. Where the
-    temporary folder's path is too long for its socket, the socket goes under /tmp (only
-    the socket and multiprocessing's own folder: every file a decode writes stays under
-    TMPDIR)."""
+def _short_socket_folder() -> None:
+    """Where TMPDIR is too long for the socket, multiprocessing's folder (made once per
+    process, and kept) goes under /tmp: only the socket and that folder, every file a decode
+    writes stays under TMPDIR. Done once, before the fork server starts."""
     import os
     import tempfile
+    from multiprocessing import util
+
+    if len(tempfile.gettempdir()) + _SOCKET_SUFFIX <= _SOCKET_PATH_MAX or not os.access("/tmp", os.W_OK):
+        return
+    saved = tempfile.tempdir
+    tempfile.tempdir = "/tmp"
+    try:
+        util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
+
+
+def start() -> None:
+    """Start the fork server now (a server's start) rather than at the first push."""
     from multiprocessing import forkserver
 
     _ctx()
-    saved = tempfile.tempdir
-    if len(tempfile.gettempdir()) + _SOCKET_SUFFIX > _SOCKET_PATH_MAX and os.access("/tmp", os.W_OK):
-        tempfile.tempdir = "/tmp"  # multiprocessing makes its folder once, here, and keeps it
-    try:
-        forkserver.ensure_running()
-    finally:
-        tempfile.tempdir = saved
+    forkserver.ensure_running()
 
 
 class ChildFailed(RuntimeError):
@@ -90,7 +98,6 @@ def prepare(catalog_path, paths: list[str], on_decoded=None, limits=None, shown_
     is called in this thread as the child reports each rank."""
     from overlapscope.analyzer.runs import Prepared, _write_error
 
-    start()  # running already, but for a first push without a server's start
     ctx = _ctx()
     try:
         staging = runstore.stage(catalog_path)
