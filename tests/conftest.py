@@ -16,6 +16,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No Hypothesis deadline in any test: a loaded 2-core CI machine took past its 200 ms default on
+# one example of a fast test (test_replace_is_the_standard_librarys), a failure that says
+# nothing about the code. max_examples bounds each test's time.
+settings.register_profile("overlapscope", deadline=None)
+settings.load_profile("overlapscope")
 
 # No test writes into the user's data directory: the default catalog
 # (XDG_DATA_HOME/overlapscope/catalog.duckdb) lives in a temporary folder.

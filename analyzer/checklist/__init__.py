@@ -14,6 +14,7 @@ from dataclasses import asdict
 from overlapscope.analyzer.checklist import comm, ddp, fsdp, gains, host, straggler  # noqa: F401  (they register the rules)
 from overlapscope.analyzer.checklist.context import CheckContext, build
 from overlapscope.analyzer.checklist.findings import RULES, STATUS_ORDER, THRESHOLDS, Finding
+from overlapscope.analyzer.measure import collectives
 from overlapscope.analyzer.predict.buckets import RunAnalysis
 
 
@@ -25,8 +26,12 @@ def _rank(f: Finding) -> tuple:
 
 
 def evaluate(ctx: CheckContext) -> list[Finding]:
-    """Every rule on one context, ranked (``_rank``)."""
-    findings = [r(ctx) for r in RULES.values()]
+    """Every rule on one context, ranked (``_rank``). The pages each rule read of the run's
+    mapped columns are handed back after it (``measure.mapped``)."""
+    findings = []
+    for r in RULES.values():
+        findings.append(r(ctx))
+        collectives.release(ctx.rows)
     findings.sort(key=_rank)
     return findings
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from overlapscope.analyzer import sql
-from overlapscope.analyzer.measure import waits
+from overlapscope.analyzer.measure import mapped, waits
 from overlapscope.analyzer.measure.blocks import ROWS_PER_BLOCK
 from overlapscope.analyzer.store.runinfo import RunInfo
 from overlapscope.analyzer.units import MS_DIGITS, NS_PER_MS, NS_PER_S
@@ -203,14 +203,25 @@ class Collectives(Sequence):
     The run's two million collectives of 1,024 ranks take about 170 bytes each here, against
     about 600 as ``Collective`` objects with their numbers. Text columns hold codes into
     ``texts`` (the run's distinct texts, None among them). The model's predictions are
-    filled in place (``set``)."""
+    filled in place (``set``).
 
-    __slots__ = ("columns", "size", "texts")
+    A run of ``MAPPED_ROWS`` collectives or more holds its columns in a mapped file
+    (``mapped``; ``compute``): a reader's pages stay resident until ``release``."""
 
-    def __init__(self, columns: dict, size: int, texts: list):
+    __slots__ = ("columns", "size", "texts", "mapped")
+
+    def __init__(self, columns: dict, size: int, texts: list, mapped: "mapped.Mapped | None" = None):
         self.columns = columns
         self.size = size
         self.texts = texts
+        self.mapped = mapped
+
+    def release(self) -> None:
+        """Hand the pages its readers made resident back to the kernel, where its columns
+        are mapped (``measure.mapped``); nothing for columns in the heap. Called between the
+        phases of an analysis: each phase reads a few columns of every row."""
+        if self.mapped is not None:
+            self.mapped.release()
 
     @classmethod
     def of(cls, rows) -> "Collectives":
@@ -252,7 +263,11 @@ class Collectives(Sequence):
     def set(self, name: str, values: list) -> None:
         """Column ``name`` (a number: None kept as NaN) to ``values``, one per row."""
         assert name in _FLOATS and len(values) == self.size, name
-        self.columns[name] = array.array("d", [_NAN if v is None else v for v in values])
+        column = array.array("d", [_NAN if v is None else v for v in values])
+        if isinstance(self.columns[name], memoryview):  # written into its mapped column
+            _numpy_of(self.columns[name])[:] = _numpy_of(column)
+        else:
+            self.columns[name] = column
 
     def numpy(self, name: str):
         """Column ``name`` as it is held, viewed by NumPy without a copy (integers int64 with
@@ -410,6 +425,14 @@ class Selection(Sequence):
         return Selection(self.table, np.flatnonzero(mask) if self.index is None else self.index[mask])
 
 
+def release(rows) -> None:
+    """``Collectives.release`` of the table under ``rows`` (a ``Collectives`` or a ``Selection``;
+    nothing for a list of rows)."""
+    table = rows.table if isinstance(rows, Selection) else rows
+    if isinstance(table, Collectives):
+        table.release()
+
+
 def selection(rows) -> Selection:
     """Every row of ``rows`` (a ``Collectives``, a ``Selection`` or a list of rows) as a
     ``Selection``: what a rule narrows down with column masks."""
@@ -476,10 +499,16 @@ class _Codes:
         return columns, self.texts
 
 
+def _typecode(col) -> str:
+    """A column's typecode: an ``array.array``'s, or a mapped column's (``memoryview`` format)."""
+    return col.format if isinstance(col, memoryview) else col.typecode
+
+
 def _numpy_of(col):
     import numpy as np
 
-    return np.frombuffer(col, _NUMPY_TYPE[col.typecode]) if len(col) else np.empty(0, _NUMPY_TYPE[col.typecode])
+    dtype = _NUMPY_TYPE[_typecode(col)]
+    return np.frombuffer(col, dtype) if len(col) else np.empty(0, dtype)
 
 
 def table_of(rows) -> Collectives:
@@ -540,18 +569,29 @@ _COPIED_INTS = (("rank", "rank"), ("event_id", "event_id"), ("start_ns", "ts_ns"
                 ("microbatch", "microbatch"), ("launch_ts_ns", "cpu_launch_ts_ns"), ("ready_ns", "ready_ns"))
 
 
+# A run of this many collectives or more holds its columns in a mapped file (``measure.mapped``):
+# 11 MiB of columns in the heap at most. 64 reference ranks have 128 thousand.
+MAPPED_ROWS = 2 ** 16
+
+
 class _Build:
     """``compute``'s columns, a batch of SQL rows at a time, written into columns of the
     run's size made at the start: columns grown batch by batch left the freed copies
     between other allocations, about 70 MiB held by the allocator at 256 ranks beside
-    84 MiB of columns (it went back to the system on ``malloc_trim``; measured)."""
+    84 MiB of columns (it went back to the system on ``malloc_trim``; measured). From
+    ``MAPPED_ROWS`` rows they are a mapped file's, whose written pages are released after
+    each batch."""
 
     def __init__(self, manifest: Manifest, world_size: int | None, rows: int):
         self.defaults, self.world = manifest.group_sizes(), world_size
         self.orders = _unit_orders(manifest)
         self.factor = _bus_factors()
         self.codes = _Codes()
-        self.columns = {n: array.array(_TYPECODE[n], [0]) * rows for n in FIELDS}
+        self.mapped = mapped.columns({n: _TYPECODE[n] for n in FIELDS}, rows) if rows >= MAPPED_ROWS else None
+        if self.mapped is not None:
+            self.columns = dict(self.mapped.columns)
+        else:
+            self.columns = {n: array.array(_TYPECODE[n], [0]) * rows for n in FIELDS}
         self.size = 0
         self.named: dict = {}  # (id code, phase code) -> the code of the unit's name (FSDP1)
 
@@ -606,23 +646,33 @@ class _Build:
         transfer_ms[_nulls(got["wait_ns"])] = _NAN  # no peer loaded: no split
         out["transfer_ms"] = transfer_ms
         if self.size + rows > len(self.columns["rank"]):  # more rows than counted: never, but room is made
+            if self.mapped is not None:  # back to the heap
+                self.columns = {n: array.array(_typecode(c), c) for n, c in self.columns.items()}
+                self.mapped = None
             for column in self.columns.values():
                 column.extend(array.array(column.typecode, [0]) * rows)
-        if len(self.codes.texts) > 2 ** 16 and self.columns["kind"].typecode == "H":  # codes past 16 bits
+        if len(self.codes.texts) > 2 ** 16 and _typecode(self.columns["kind"]) == "H":  # codes past 16 bits
             for n in _TEXTS:
                 self.columns[n] = array.array("I", _numpy_of(self.columns[n]).astype("uint32").tobytes())
         for n, values in out.items():
             _numpy_of(self.columns[n])[self.size:self.size + rows] = values
         self.size += rows
+        if self.mapped is not None:
+            self.mapped.release()
 
     def finished(self) -> Collectives:
         """The columns built (no prediction yet)."""
         for n, column in self.columns.items():
             if len(column) > self.size:
-                del column[self.size:]
+                if isinstance(column, memoryview):
+                    self.columns[n] = column[:self.size]
+                else:
+                    del column[self.size:]
         for n in ("predicted_comm_ms", "predicted_exposed_ms"):  # none yet (predict.exposure)
             _numpy_of(self.columns[n])[:] = _NAN
-        return Collectives(self.columns, self.size, self.codes.texts)
+        if self.mapped is not None:
+            self.mapped.release()
+        return Collectives(self.columns, self.size, self.codes.texts, self.mapped)
 
     def _codes(self, column):
         """A text column's codes (``_Codes``), looked up per distinct text of the batch."""

@@ -22,6 +22,7 @@ import msgspec
 import pyarrow as pa
 
 from overlapscope.analyzer import sql
+from overlapscope.analyzer.measure import collectives
 from overlapscope.analyzer.measure.collectives import Collective
 from overlapscope.analyzer.units import NS_PER_MS, ms as _ms
 
@@ -67,6 +68,7 @@ def attribution_chunks(rows: list[Collective]):
     store: a 1,024-rank run's 2.07 million rows never as one table)."""
     for i in range(0, max(1, len(rows)), ATTRIBUTION_ROWS_PER_GROUP):  # no collective: an empty table
         yield attribution_table(rows[i:i + ATTRIBUTION_ROWS_PER_GROUP])
+        collectives.release(rows)  # a group's pages of mapped columns (measure.mapped)
 
 
 def _attribution_table(attribution: list[Collective], ranks: set[int]) -> pa.Table:

@@ -341,20 +341,27 @@ def analysis(con, run_id: int, tokens: float | None = None) -> RunAnalysis:
     rows = collectives.compute(con, info)
     stage = _stage(info, rows)
     sources = _sources(con, info, rows, stage)
+    collectives.release(rows)
     w_of = {k: v["bytes_per_s"] for k, v in sources["bus_bandwidth_by_kind"].items() if v["bytes_per_s"]}
     # the prediction engine, once: its comm model and the measured steps as plans (what the
     # what-if starts from too), and with no change its prediction of every collective
     model = CommModel(info.manifest.calibration, rows, w_of, sources["bus_bandwidth_bytes_per_s"])
+    collectives.release(rows)  # each phase's pages of mapped columns handed back (measure.mapped)
     forwards, reducer, grads = _forwards(con), _reducer(con), _grads(con)
     rows = exposure.predict_comm(rows, model)
+    collectives.release(rows)
     # each bucket and unit transfer's piece of the comm lane: read by the plans alone, and gone with them
     measured_plans = plans(info, rows, ov["steps"], waits.lanes(con, run_id, rows), model, forwards, reducer, grads)
+    collectives.release(rows)
     rows = exposure.predict_exposed(rows, measured_plans)
+    collectives.release(rows)
     grad_bytes, weight_bytes = _grad_bytes(info, rows), _weight_bytes(info, rows)
     tokens = tokens or info.manifest.tokens_per_microbatch
     inputs = _inputs(sources, info, tokens, stage, grad_bytes, weight_bytes)
     steps, models = _per_step(rows, ov["steps"], inputs, info)
+    collectives.release(rows)
     models = reconcile(con, run_id, rows, steps, models, info.device_kind, stage)
+    collectives.release(rows)
     return RunAnalysis(info, ov, rows, sources, stage, grad_bytes, steps, models, _memory(con, info, stage), tokens,
                        weight_bytes, model, measured_plans, forwards, reducer, grads)
 
@@ -432,8 +439,12 @@ def report(a: RunAnalysis, streamed: bool = False, summarized: list[dict] | None
         from overlapscope.analyzer.store.runstore import Rows
 
         rows = a.collectives
-        chunks = lambda: (collectives.as_json(rows, i, i + ROWS_PER_CHUNK)  # noqa: E731
-                          for i in range(0, len(rows), ROWS_PER_CHUNK))
+
+        def chunks():
+            for i in range(0, len(rows), ROWS_PER_CHUNK):
+                yield collectives.as_json(rows, i, i + ROWS_PER_CHUNK)
+                collectives.release(rows)  # a chunk's pages of mapped columns (measure.mapped)
+
         listed = Rows(chunks)
     else:
         listed = collectives.as_json(a.collectives)

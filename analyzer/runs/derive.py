@@ -15,7 +15,7 @@ from overlapscope.analyzer.predict import whatif
 from overlapscope.analyzer.errors import InputError, UsageError
 from overlapscope.analyzer.headline import failed, headline
 from overlapscope.analyzer.ingest.memory import release_freed
-from overlapscope.analyzer.measure import timeline, waits
+from overlapscope.analyzer.measure import collectives, timeline, waits
 from overlapscope.analyzer.predict import buckets
 from overlapscope.analyzer.store import results, runstore
 from overlapscope.analyzer.predict import changes, state
@@ -34,6 +34,7 @@ def compute(con, run_id: int) -> dict:
     (``store.results.save``).
     """
     a = buckets.analysis(con, run_id)
+    collectives.release(a.collectives)  # the pages the phase read of mapped columns (measure.mapped)
     # glibc keeps the pages of a phase's freed copies of the columns where they lie inside its
     # heap, and the next phase's copies come on top of them: trimmed between phases, 1,024
     # ranks' derive held 601 MiB into the summary, against 640 (measured; 5 ms a trim)
@@ -42,9 +43,11 @@ def compute(con, run_id: int) -> dict:
     if engine_state is not None:  # packed at once: the derive's later phases run beside it
         engine_state = runstore.pack_engine_state(engine_state)
     diagnosed = checklist.diagnose(con, a)
+    collectives.release(a.collectives)
     release_freed()
     findings = diagnosed["findings"]
     summarized = buckets.summary(a.collectives)
+    collectives.release(a.collectives)
     release_freed()
     groups = [{**g, "id": None if g["id"] is None else str(g["id"])} for g in summarized]
     head = headline(a.overlap, failed(findings))
