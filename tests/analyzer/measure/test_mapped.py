@@ -60,7 +60,7 @@ def test_no_room_for_the_file_means_columns_in_the_heap(monkeypatch):
     assert mapped.columns({"a": "q"}, 1000) is None
 
 
-SAMPLES_MAPPED = ("ddp_tiny_buckets", "fsdp_per_block", "ddp_straggler", "hsdp_2x2")
+SAMPLES_MAPPED = ("ddp_tiny_buckets", "fsdp_per_block", "ddp_straggler")  # buckets, units, waits
 DOCUMENTS = ("buckets", "diagnose", "whatif")
 
 
