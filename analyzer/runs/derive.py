@@ -33,8 +33,7 @@ def compute(con, run_id: int) -> dict:
     Computed outside the catalog's single writer; the writer only saves them
     (``store.results.save``).
     """
-    a = buckets.analysis(con, run_id)
-    collectives.release(a.collectives)  # the pages the phase read of mapped columns (measure.mapped)
+    a = buckets.analysis(con, run_id)  # hands back the pages it read of mapped columns itself
     # glibc keeps the pages of a phase's freed copies of the columns where they lie inside its
     # heap, and the next phase's copies come on top of them: trimmed between phases, 1,024
     # ranks' derive held 601 MiB into the summary, against 640 (measured; 5 ms a trim)
@@ -42,8 +41,7 @@ def compute(con, run_id: int) -> dict:
     engine_state = state.encode(a)  # before the checklist's predictions: what a fresh what-if reads
     if engine_state is not None:  # packed at once: the derive's later phases run beside it
         engine_state = runstore.pack_engine_state(engine_state)
-    diagnosed = checklist.diagnose(con, a)
-    collectives.release(a.collectives)
+    diagnosed = checklist.diagnose(con, a)  # each rule hands back its pages (checklist.evaluate)
     release_freed()
     findings = diagnosed["findings"]
     summarized = buckets.summary(a.collectives)
